@@ -1,0 +1,7 @@
+"""Harness Console: a web operations console for running LLM agents safely."""
+
+from __future__ import annotations
+
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

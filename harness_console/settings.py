@@ -1,0 +1,263 @@
+"""Settings for both configurations of the console, read from the environment.
+
+With no environment variables set this is the *embedded default*: SQLite, the Celery
+filesystem broker and the channels-lite layer, all under ``var/``, so one command starts
+everything on a laptop. With ``DATABASE_URL`` and ``REDIS_URL`` set it is *production*:
+PostgreSQL, Redis as Celery broker and channel layer, workers on any number of machines.
+
+Environment variables (documented in the README):
+``DEBUG``, ``SECRET_KEY``, ``ALLOWED_HOSTS``, ``DATABASE_URL``, ``REDIS_URL``; plus
+``HARNESS_VAR_DIR`` (where the embedded default keeps its files) for tests and packaging.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("HARNESS_VAR_DIR") or BASE_DIR / "var").resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, *, default: bool) -> bool:
+    """Read a boolean so that a typo fails loudly instead of silently meaning False."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false).")
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+EMBEDDED = not DATABASE_URL
+if bool(DATABASE_URL) != bool(REDIS_URL):
+    raise ImproperlyConfigured(
+        "Set both DATABASE_URL and REDIS_URL for production, or neither for the embedded default."
+    )
+
+# The embedded default is a single-machine console, so it runs in debug mode unless told
+# otherwise; production must opt in to debug explicitly.
+DEBUG = env_bool("DEBUG", default=EMBEDDED)
+
+
+def _secret_key() -> str:
+    """An explicit key always wins; in debug mode a key is generated once into var/."""
+    key = os.environ.get("SECRET_KEY", "").strip()
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+def _allowed_hosts() -> list[str]:
+    raw = os.environ.get("ALLOWED_HOSTS", "").strip()
+    if raw:
+        return [host.strip() for host in raw.split(",") if host.strip()]
+    if not DEBUG:
+        raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off.")
+    return ["localhost", "127.0.0.1", "[::1]"]
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = _allowed_hosts()
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "rest_framework",
+    "harness_console",
+    "runs",
+    "approvals",
+    "policies",
+]
+if EMBEDDED:
+    INSTALLED_APPS.append("channels_lite")
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "harness_console.urls"
+ASGI_APPLICATION = "harness_console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "harness_console.roles.navigation",
+            ],
+        },
+    },
+]
+
+# --- Databases -------------------------------------------------------------------------
+# Under tests, daphne and the Celery worker run as subprocesses against the test databases;
+# the test harness tells them so with HARNESS_USE_TEST_DATABASES.
+USE_TEST_DATABASES = env_bool("HARNESS_USE_TEST_DATABASES", default=False)
+
+SQLITE_OPTIONS = {
+    # Measured in NOTES.md: no lock errors and a far lower p99 under web + worker writes.
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"
+    ),
+}
+
+
+def _sqlite(name: str) -> dict:
+    path, test_path = VAR_DIR / f"{name}.sqlite3", VAR_DIR / f"test-{name}.sqlite3"
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": test_path if USE_TEST_DATABASES else path,
+        "OPTIONS": SQLITE_OPTIONS,
+        "TEST": {"NAME": test_path},
+    }
+
+
+if EMBEDDED:
+    DATABASES = {"default": _sqlite("db"), "channels": _sqlite("channels")}
+    DATABASE_ROUTERS = ["harness_console.db_routers.ChannelLayerRouter"]
+else:
+    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    _default["TEST"] = {"NAME": f"test_{_default['NAME']}"}
+    if USE_TEST_DATABASES:
+        _default["NAME"] = _default["TEST"]["NAME"]
+    DATABASES = {"default": _default}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels --------------------------------------------------------------------------
+if EMBEDDED:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_lite.layers.core.SQLiteChannelLayer",
+            "CONFIG": {"database": "channels", "polling_interval": 0.05, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": os.environ.get("HARNESS_CHANNEL_PREFIX", "harness"),
+            },
+        }
+    }
+
+# --- Celery ----------------------------------------------------------------------------
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+if EMBEDDED:
+    BROKER_DIR = VAR_DIR / "broker"
+    for _folder in ("queue", "processed", "control"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Both directions in one folder, as kombu's filesystem transport needs across processes.
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "control_folder": str(BROKER_DIR / "control"),
+        # 0.1 s: about 50 ms from .delay() to task start (1 s default gives about 820 ms).
+        "polling_interval": 0.1,
+    }
+    CELERY_BEAT_SCHEDULE["trim-live-channel-rows"] = {
+        "task": "runs.tasks.live_layer_trim",
+        "schedule": 300.0,
+    }
+else:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Auth ------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = not DEBUG and env_bool("HARNESS_HTTPS", default=False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# --- I18N, static ----------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(os.environ.get("HARNESS_STATIC_ROOT") or VAR_DIR / "static")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "harness_console.staticfinders.PlotlyFinder",
+]
+WHITENOISE_USE_FINDERS = DEBUG
+
+# --- Logging ---------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
