@@ -1,0 +1,1 @@
+"""The approvals' pure core: free of Django, Celery and Channels."""

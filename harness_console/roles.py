@@ -1,0 +1,100 @@
+"""The four roles of the console and the permissions each one holds.
+
+Roles are Django groups, so an admin can see and adjust them in the admin; this module is
+the single place that says what each role means. ``roles_sync`` is idempotent: the roles
+migration calls it, and so does every ``post_migrate`` so that permissions of models added
+by later migrations reach the roles too (and a test database flush gets them back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+ADMIN, APPROVER, OPERATOR, OPS = "admin", "approver", "operator", "ops"
+ROLES = (ADMIN, APPROVER, OPERATOR, OPS)
+
+# Apps whose every permission the admin role holds, besides user and group management.
+ADMIN_APPS = ("runs", "approvals", "policies")
+ADMIN_EXTRA = (
+    "auth.add_user",
+    "auth.change_user",
+    "auth.view_user",
+    "auth.view_group",
+    "auth.change_group",
+)
+_SEE_RUNS = ("runs.view_run", "runs.view_step", "runs.view_runevent")
+
+ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    # Operators submit tasks and watch runs live.
+    OPERATOR: (*_SEE_RUNS, "runs.add_run", "runs.view_agent", "runs.view_workspace"),
+    # Approvers decide on what agents want to change; they read runs to do so.
+    APPROVER: (*_SEE_RUNS, "runs.decide_approval"),
+    # Ops watch the operations and retrospective dashboards.
+    OPS: (*_SEE_RUNS, "runs.view_dashboards"),
+}
+
+
+def roles_sync(*, apps: Any = None) -> None:
+    """Create the role groups and give each exactly the permissions this module names.
+
+    ``apps`` is the migration state's registry inside a migration, the live one otherwise.
+    """
+    if apps is None:
+        from django.apps import apps as live_apps
+
+        apps = live_apps
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+
+    def lookup(names: tuple[str, ...]) -> list:
+        found = []
+        for name in names:
+            app_label, codename = name.split(".", 1)
+            found.extend(
+                Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+            )
+        return found
+
+    for role in ROLES:
+        group, _ = Group.objects.get_or_create(name=role)
+        if role == ADMIN:
+            wanted = list(Permission.objects.filter(content_type__app_label__in=ADMIN_APPS))
+            wanted += lookup(ADMIN_EXTRA)
+        else:
+            wanted = lookup(ROLE_PERMISSIONS[role])
+        group.permissions.set(wanted)
+
+
+def roles_sync_after_migrate(sender: Any, **kwargs: Any) -> None:
+    """post_migrate fires once per app; syncing once, after our last app, is enough."""
+    if getattr(sender, "label", None) != "policies":
+        return
+    using = kwargs.get("using", "default")
+    if using != "default":
+        return
+    roles_sync()
+
+
+def user_roles(user: Any) -> set[str]:
+    if not user.is_authenticated:
+        return set()
+    return set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+
+
+def navigation(request: HttpRequest) -> dict[str, Any]:
+    """The navigation shows only what the user's role may open."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {"nav": []}
+    items = []
+    if user.has_perm("runs.view_run"):
+        items.append(("runs", "Runs", "runs:list"))
+    if user.has_perm("runs.decide_approval"):
+        items.append(("approvals", "Approvals", "approvals:queue"))
+    if user.has_perm("runs.view_dashboards"):
+        items.append(("dashboards", "Dashboards", "dashboards"))
+    if user.is_staff:
+        items.append(("admin", "Admin", "admin:index"))
+    return {"nav": items}

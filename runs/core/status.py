@@ -1,0 +1,87 @@
+"""The run lifecycle of SPEC R6 as a pure transition table.
+
+``created → planning → running → waiting_for_approval → verifying → completed | failed |
+rolled_back``. Every change of a run's status goes through :func:`check_transition`, so a
+skipped or backwards step is an error, never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+RunStatus = Literal[
+    "created",
+    "planning",
+    "running",
+    "waiting_for_approval",
+    "verifying",
+    "completed",
+    "failed",
+    "rolled_back",
+]
+
+CREATED: Final = "created"
+PLANNING: Final = "planning"
+RUNNING: Final = "running"
+WAITING_FOR_APPROVAL: Final = "waiting_for_approval"
+VERIFYING: Final = "verifying"
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+ROLLED_BACK: Final = "rolled_back"
+
+STATUSES: Final[tuple[RunStatus, ...]] = (
+    CREATED,
+    PLANNING,
+    RUNNING,
+    WAITING_FOR_APPROVAL,
+    VERIFYING,
+    COMPLETED,
+    FAILED,
+    ROLLED_BACK,
+)
+
+# Any live state may fail (a crash, an expired approval, a refused intake); only a completed
+# run can be rolled back; a run waits for a human from planning (missing parameters, R3) or
+# from running (a tool call that asks), and a decision sends it back to where it was.
+TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
+    CREATED: frozenset({PLANNING, FAILED}),
+    PLANNING: frozenset({RUNNING, WAITING_FOR_APPROVAL, FAILED}),
+    RUNNING: frozenset({WAITING_FOR_APPROVAL, VERIFYING, FAILED}),
+    WAITING_FOR_APPROVAL: frozenset({PLANNING, RUNNING, VERIFYING, FAILED}),
+    VERIFYING: frozenset({RUNNING, WAITING_FOR_APPROVAL, COMPLETED, FAILED}),
+    COMPLETED: frozenset({ROLLED_BACK}),
+    FAILED: frozenset(),
+    ROLLED_BACK: frozenset(),
+}
+
+TERMINAL: Final[frozenset[RunStatus]] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+ACTIVE: Final[frozenset[RunStatus]] = frozenset(set(STATUSES) - {COMPLETED, FAILED, ROLLED_BACK})
+
+
+class InvalidTransition(ValueError):
+    """A status change the lifecycle does not allow; the message says which and why."""
+
+    def __init__(self, current: str, target: str, reason: str) -> None:
+        self.current, self.target = current, target
+        super().__init__(f"A run cannot go from {current!r} to {target!r}: {reason}")
+
+
+def check_transition(current: str, target: str, *, failure_reason: str = "") -> None:
+    """Raise :class:`InvalidTransition` unless ``current → target`` is allowed.
+
+    A run that fails must say why: an empty reason is refused, so no failed run is ever
+    unexplained on the dashboards.
+    """
+    if current not in TRANSITIONS:
+        raise InvalidTransition(current, target, f"{current!r} is not a run status.")
+    if target not in TRANSITIONS:
+        raise InvalidTransition(current, target, f"{target!r} is not a run status.")
+    allowed = TRANSITIONS[current]
+    if target not in allowed:
+        if not allowed:
+            reason = f"{current!r} is final."
+        else:
+            reason = "allowed next states are " + ", ".join(sorted(allowed)) + "."
+        raise InvalidTransition(current, target, reason)
+    if target == FAILED and not failure_reason.strip():
+        raise InvalidTransition(current, target, "a failed run needs a failure reason.")

@@ -1,0 +1,200 @@
+"""The run domain: where an agent works, who it is, and the append-only record of what it did."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+
+from .core import status as run_status
+
+SLUG_VALIDATOR = RegexValidator(
+    r"^[a-z0-9][a-z0-9-]{0,62}$",
+    "Use 1–63 lowercase letters, digits and hyphens, starting with a letter or digit.",
+)
+
+
+class Workspace(models.Model):
+    """A folder the agent works in; its drafts live apart so formal files stay untouched (T5)."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])
+    name = models.CharField(max_length=200)
+    root = models.CharField(
+        max_length=1000, help_text="Absolute path of the folder the agent works in."
+    )
+    drafts_root = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="Absolute path of the drafts area; empty means var/drafts/<slug>.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def root_path(self) -> Path:
+        return Path(self.root)
+
+    @property
+    def drafts_path(self) -> Path:
+        if self.drafts_root:
+            return Path(self.drafts_root)
+        return Path(settings.VAR_DIR) / "drafts" / self.slug
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        errors = {}
+        if not Path(self.root).is_absolute():
+            errors["root"] = "Give an absolute path."
+        elif not Path(self.root).is_dir():
+            errors["root"] = f"{self.root} is not an existing folder."
+        if self.drafts_root and not Path(self.drafts_root).is_absolute():
+            errors["drafts_root"] = "Give an absolute path, or leave empty."
+        elif self.drafts_root and Path(self.drafts_root).resolve().is_relative_to(
+            Path(self.root).resolve()
+        ):
+            errors["drafts_root"] = (
+                "Keep drafts outside the workspace, so drafts never mix with formal files."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
+class Agent(models.Model):
+    """An agent: who it is (identity text), which model it uses and how long it may loop."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])
+    name = models.CharField(max_length=200)
+    identity = models.TextField(help_text="Who the agent is; the first layer of every prompt.")
+    model = models.CharField(max_length=100, default="claude-sonnet-4-5")
+    max_turns = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if not self.identity.strip():
+            raise ValidationError({"identity": "An agent needs an identity."})
+
+
+class Run(models.Model):
+    """One request handed to an agent, from creation to its final state (SPEC R6, R7)."""
+
+    Status = models.TextChoices("Status", [(s, s.replace("_", " ")) for s in run_status.STATUSES])
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="runs")
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
+    )
+    request = models.TextField()
+    status = models.CharField(max_length=32, choices=Status, default=run_status.CREATED)
+    failure_reason = models.TextField(blank=True)
+    # The last event sequence number handed out; incremented under the row lock, so events
+    # of one run are numbered 1, 2, 3... in commit order whichever process appends them.
+    event_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "-created_at"])]
+        permissions = [
+            ("decide_approval", "Can decide approval requests of runs"),
+            ("view_dashboards", "Can open the operations and retrospective dashboards"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug} run {self.id}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in run_status.TERMINAL or self.status == run_status.COMPLETED
+
+
+class Step(models.Model):
+    """One stage of a run's fixed flow (SPEC R4, R7); later issues fill in its artifacts."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
+    index = models.PositiveIntegerField()
+    name = models.CharField(max_length=64)
+    status = models.CharField(max_length=32, default="running")
+    input = models.JSONField(default=dict, blank=True)
+    output = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="step_unique_index_per_run")
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.index} {self.name}"
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to change or remove a recorded run event."""
+
+
+class RunEventQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        raise AppendOnlyError("Run events are append-only; they cannot be updated.")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("Run events are append-only; they cannot be deleted.")
+
+
+class RunEvent(models.Model):
+    """One thing that happened in a run, numbered per run from 1, never changed afterwards.
+
+    The live pages and the replay after a reconnect both read this table: it is the source
+    of truth, and the channel layer only carries news of new rows.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = RunEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="run_event_unique_seq"),
+            models.CheckConstraint(condition=models.Q(seq__gte=1), name="run_event_seq_from_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.seq} {self.type}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("Run events are append-only; they cannot be updated.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("Run events are append-only; they cannot be deleted.")
