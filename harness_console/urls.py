@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from runs.views import dashboard
+
+from .views import home
+
+urlpatterns = [
+    path("", home, name="home"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("runs/", include("runs.urls")),
+    path("approvals/", include("approvals.urls")),
+    path("dashboards/", dashboard, name="dashboards"),
+    path("admin/", admin.site.urls),
+]

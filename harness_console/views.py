@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from .roles import navigation
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """Send each user to the first page their role opens; a user with no role is told why."""
+    items = navigation(request)["nav"]
+    if items:
+        return redirect(reverse(items[0][2]))
+    return render(request, "home_no_role.html", status=403)

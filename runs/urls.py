@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+app_name = "runs"
+urlpatterns = [
+    path("", views.run_list, name="list"),
+    path("new/", views.run_new, name="new"),
+    path("<str:run_id>/", views.run_detail, name="detail"),
+]
