@@ -1,0 +1,42 @@
+# The two commands of the README: `make run` and `make test`. Everything they need is
+# installed from here: Python 3.12 (.python-version, via pyenv), the virtualenv, and Debian's
+# chromium for the browser tests.
+SHELL := /bin/bash
+PYTHON ?= $(shell PYENV_VERSION=$$(cat .python-version) pyenv which python 2>/dev/null || command -v python3.12 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install lint check-python browser
+
+$(VENV)/bin/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "Python 3.12 or newer is needed; found " + sys.version.split()[0] + " (see .python-version)")'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) manage.py migrate_all --verbosity 0
+	$(PY) manage.py seed_demo
+	$(PY) manage.py serve
+
+browser:
+	@command -v /usr/bin/chromium >/dev/null || { \
+	  echo "Installing Debian's chromium for the browser tests…"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
+	HARNESS_VAR_DIR=$${HARNESS_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports

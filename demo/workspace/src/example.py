@@ -1,0 +1,5 @@
+"""Sample: print the service's health."""
+
+import json
+
+print(json.dumps({"status": "ok"}))

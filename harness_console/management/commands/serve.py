@@ -1,0 +1,113 @@
+"""Start daphne, a Celery worker and Celery beat as one supervised group.
+
+Why not honcho: it signals each child's whole process group and kills after 5 s, while a
+Celery worker must get SIGTERM on its main process only and needs 7–9 s for a warm shutdown
+(NOTES.md). Here Ctrl-C (or SIGTERM) sends SIGTERM to each child's main process, waits for
+all of them, and kills a process group only if it is still there after the grace period.
+If any child dies on its own, the others are stopped too, and the exit status says so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+GRACE_SECONDS = 20
+
+
+def commands(*, host: str, port: int) -> dict[str, list[str]]:
+    python = sys.executable
+    return {
+        "web": [
+            python,
+            "-m",
+            "daphne",
+            "-b",
+            host,
+            "-p",
+            str(port),
+            "harness_console.asgi:application",
+        ],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "harness_console",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--hostname",
+            "worker@%h",
+        ],
+        "beat": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "harness_console",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            settings.CELERY_BEAT_SCHEDULE_FILENAME,
+        ],
+    }
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the console: daphne on HOST:PORT, a Celery worker and Celery beat. Ctrl-C stops all."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+
+    def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        children = {
+            name: subprocess.Popen(argv, start_new_session=True)
+            for name, argv in commands(host=host, port=port).items()
+        }
+        stopping = False
+
+        def stop(signum: int, frame: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        self.stdout.write(f"Harness Console on http://{host}:{port}/  (Ctrl-C stops it)")
+        died = None
+        while not stopping and died is None:
+            died = next((n for n, p in children.items() if p.poll() is not None), None)
+            time.sleep(0.2)
+        if died:
+            self.stderr.write(f"{died} exited with status {children[died].returncode}; stopping.")
+        self._stop_all(children)
+        if died:
+            sys.exit(1)
+
+    def _stop_all(self, children: dict[str, subprocess.Popen]) -> None:
+        self.stdout.write("Stopping web, worker and beat…")
+        for process in children.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for name, process in children.items():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"{name} did not stop in {GRACE_SECONDS} s; killing it.")
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.stdout.write("Stopped.")

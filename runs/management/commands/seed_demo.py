@@ -1,0 +1,92 @@
+"""Seed the demo: four users (one per role), a demo workspace and a demo agent. Idempotent.
+
+Passwords are generated on first seeding and kept in var/demo-logins.json (readable by the
+owner only), so running the command again prints the same logins and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
+from runs.models import Agent, Workspace
+
+DEMO_SOURCE = Path(settings.BASE_DIR) / "demo" / "workspace"
+DEMO_USERS = (ADMIN, APPROVER, OPERATOR, OPS)
+DEMO_IDENTITY = (
+    "You are the documentation assistant of the demo workspace. You propose small, reviewed "
+    "changes to Markdown documentation and never change configuration."
+)
+
+
+def _logins_path() -> Path:
+    return Path(settings.VAR_DIR) / "demo-logins.json"
+
+
+def _load_logins() -> dict[str, str]:
+    try:
+        return json.loads(_logins_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _save_logins(logins: dict[str, str]) -> None:
+    path = _logins_path()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(logins, handle, indent=2)
+
+
+class Command(BaseCommand):
+    help = "Create the demo users, workspace and agent (idempotent) and print the logins."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        logins = _load_logins()
+        with transaction.atomic():
+            roles_sync()
+            for role in DEMO_USERS:
+                logins[role] = self._user(role, logins.get(role))
+            workspace = self._workspace()
+            Agent.objects.get_or_create(
+                slug="docs-assistant",
+                defaults={"name": "Docs assistant", "identity": DEMO_IDENTITY},
+            )
+        _save_logins(logins)
+        self.stdout.write(f"Demo workspace: {workspace.root}")
+        self.stdout.write("Logins (role: username / password):")
+        for role in DEMO_USERS:
+            self.stdout.write(f"  {role + ':':<10} {role} / {logins[role]}")
+
+    def _user(self, role: str, known: str | None) -> str:
+        """Create the user if missing; reset the password only when we no longer know it."""
+        User = get_user_model()
+        user, created = User.objects.get_or_create(username=role)
+        password = known
+        if created or not known or not user.check_password(known):
+            password = secrets.token_urlsafe(12)
+            user.set_password(password)
+        user.is_staff = role == ADMIN
+        user.save()
+        user.groups.set([Group.objects.get(name=role)])
+        return password
+
+    def _workspace(self) -> Workspace:
+        target = Path(settings.VAR_DIR) / "workspaces" / "demo"
+        if not target.exists():
+            shutil.copytree(DEMO_SOURCE, target)
+        workspace, _ = Workspace.objects.get_or_create(
+            slug="demo", defaults={"name": "Demo docs", "root": str(target)}
+        )
+        workspace.drafts_path.mkdir(parents=True, exist_ok=True)
+        return workspace
