@@ -1,0 +1,151 @@
+"""Shared test harness: personas, the live stack (daphne + a real Celery worker), Playwright.
+
+Personas, and what each may do:
+- ``admin``: everything, including the Django admin.
+- ``approver``: sees runs and decides approvals.
+- ``operator``: sees runs and submits new ones.
+- ``ops``: sees runs and the dashboards.
+- ``outsider``: logged in, but in no role: sees nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.hashers import make_password
+from django.contrib.auth.models import Group, User
+
+from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
+from runs.models import Agent, Run, Workspace
+from runs.services import run_create
+
+from .stack import LiveStack, clear_broker_folder
+
+# Playwright's sync API runs an event loop in the test thread; ORM calls there are safe.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+PASSWORD = "correct horse battery staple"
+EVERYWHERE = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+@dataclass
+class Personas:
+    admin: User
+    approver: User
+    operator: User
+    ops: User
+    outsider: User
+
+    def all(self) -> dict[str, User]:
+        return {
+            name: getattr(self, name)
+            for name in ("admin", "approver", "operator", "ops", "outsider")
+        }
+
+
+@functools.cache
+def password_hash() -> str:
+    """Hashing costs about half a second; every persona shares one hash of PASSWORD."""
+    return make_password(PASSWORD)
+
+
+def make_user(username: str, role: str | None) -> User:
+    user = User.objects.create(username=username, password=password_hash())
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    if role == ADMIN:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    return user
+
+
+@pytest.fixture
+def personas(db: None) -> Personas:
+    roles_sync()
+    return Personas(
+        admin=make_user("ada-admin", ADMIN),
+        approver=make_user("april-approver", APPROVER),
+        operator=make_user("otto-operator", OPERATOR),
+        ops=make_user("olga-ops", OPS),
+        outsider=make_user("oscar-outsider", None),
+    )
+
+
+@pytest.fixture
+def workspace(db: None, tmp_path: Path) -> Workspace:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    (root / "AGENTS.md").write_text("# Test workspace\n")
+    return Workspace.objects.create(slug="test", name="Test workspace", root=str(root))
+
+
+@pytest.fixture
+def agent(db: None) -> Agent:
+    return Agent.objects.create(slug="tester", name="Tester", identity="You test things.")
+
+
+@pytest.fixture
+def run(personas: Personas, agent: Agent, workspace: Workspace) -> Run:
+    """A run submitted by the operator, not handed to any worker."""
+    return run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Fix the broken link in docs/configuration.md",
+        dispatch=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
+    """daphne and a Celery worker as subprocesses, on the test databases, for the session."""
+    var_dir = Path(settings.VAR_DIR)
+    if settings.EMBEDDED:
+        clear_broker_folder(var_dir)
+    else:
+        from harness_console.celery import app
+
+        app.control.purge()
+    stack = LiveStack(log_dir=var_dir / "test-logs")
+    try:
+        stack.start(collectstatic=not settings.WHITENOISE_USE_FINDERS)
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
+    """Debian's Chromium: Playwright's own browser download cannot work here (NOTES.md)."""
+    return {
+        **browser_type_launch_args,
+        "executable_path": "/usr/bin/chromium",
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    }
+
+
+def session_cookie_for(client, user: User) -> dict[str, str]:
+    client.force_login(user)
+    return {
+        "name": settings.SESSION_COOKIE_NAME,
+        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+    }
+
+
+def pytest_collection_modifyitems(config, items: list) -> None:
+    """Browser tests last: Playwright's sync API leaves an event loop running in the main
+    thread for the rest of the session, where Django's sync code paths refuse to run."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

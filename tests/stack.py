@@ -1,0 +1,150 @@
+"""Starts the real console stack as subprocesses: daphne and a Celery worker.
+
+pytest-django's live server speaks no WebSockets, and the loop must run in a real worker, so
+the tests (and the benchmarks) start both processes against the test databases, exactly as
+``make run`` starts them against the real ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check, *, timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"Timed out after {timeout} s waiting for {what}.")
+
+
+@dataclass
+class LiveStack:
+    """daphne on a free port and one Celery worker, both on the test databases."""
+
+    log_dir: Path
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["HARNESS_USE_TEST_DATABASES"] = "true"
+        env["DJANGO_SETTINGS_MODULE"] = "harness_console.settings"
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self, *, collectstatic: bool) -> LiveStack:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if collectstatic:
+            subprocess.run(
+                [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+                cwd=ROOT,
+                env=self.env(),
+                check=True,
+            )
+        self._spawn(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "harness_console.asgi:application",
+            ],
+        )
+        self._spawn(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "harness_console",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--without-gossip",
+                "--without-mingle",
+                "--hostname",
+                f"test-{self.port}@%h",
+            ],
+        )
+        wait_until(self._web_ready, timeout=30, what="daphne to answer")
+        wait_until(lambda: "ready." in self.log("worker"), timeout=60, what="the Celery worker")
+        return self
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        out = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the child
+        self.processes[name] = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _web_ready(self) -> bool:
+        self._check_alive()
+        try:
+            with urllib.request.urlopen(f"{self.url}/login/", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def _check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited early:\n{self.log(name)[-3000:]}")
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        """SIGTERM to each main process (a worker's pool children must not get it), then wait."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def clear_broker_folder(var_dir: Path) -> None:
+    """The filesystem broker keeps messages of an earlier session; a fresh test run starts empty."""
+    for folder in ("queue", "control"):
+        path = var_dir / "broker" / folder
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,203 @@
+"""Every page so far against every role: allowed or refused as intended."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+# page → the personas that may open it; everyone else gets 403 (anonymous: the login page).
+PAGES = {
+    "runs:list": {"admin", "approver", "operator", "ops"},
+    "runs:new": {"admin", "operator"},
+    "approvals:queue": {"admin", "approver"},
+    "dashboards": {"admin", "ops"},
+    "admin:index": {"admin"},
+}
+NAV = {
+    "admin": {"runs", "approvals", "dashboards", "admin"},
+    "approver": {"runs", "approvals"},
+    "operator": {"runs"},
+    "ops": {"runs", "dashboards"},
+}
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("who", ["admin", "approver", "operator", "ops", "outsider"])
+def test_each_page_opens_only_for_the_roles_that_may(client, personas, page, who):
+    client.force_login(getattr(personas, who))
+    response = client.get(reverse(page))
+    if who in PAGES[page]:
+        assert response.status_code == 200
+    elif page == "admin:index":
+        assert response.status_code == 302  # the admin sends non-staff to its own login
+        assert "/admin/login/" in response["Location"]
+    else:
+        assert response.status_code == 403
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_an_anonymous_user_is_sent_to_log_in(client, page):
+    response = client.get(reverse(page))
+    assert response.status_code == 302
+    assert "login" in response["Location"]
+
+
+@pytest.mark.parametrize("who", ["admin", "approver", "operator", "ops"])
+def test_the_navigation_shows_exactly_what_the_role_may_open(client, personas, who):
+    client.force_login(getattr(personas, who))
+    html = client.get(reverse("runs:list")).content.decode()
+    shown = {
+        key for key in ("runs", "approvals", "dashboards", "admin") if f'data-nav="{key}"' in html
+    }
+    assert shown == NAV[who]
+
+
+def test_home_sends_each_role_to_its_first_page(client, personas):
+    client.force_login(personas.ops)
+    assert client.get("/")["Location"] == reverse("runs:list")
+
+
+def test_home_tells_a_user_without_a_role_why_there_is_nothing(client, personas):
+    client.force_login(personas.outsider)
+    response = client.get("/")
+    assert response.status_code == 403
+    assert b"No role yet" in response.content
+
+
+@pytest.mark.parametrize("who", ["admin", "approver", "operator", "ops"])
+def test_a_run_page_opens_for_every_role_that_sees_runs(client, run, who, personas):
+    client.force_login(getattr(personas, who))
+    response = client.get(reverse("runs:detail", args=[run.pk]))
+    assert response.status_code == 200
+    assert str(run.pk) in response.content.decode()
+    assert f'ws-connect="/ws/runs/{run.pk}/?after=1"' in response.content.decode()
+
+
+def test_an_outsider_never_sees_a_run(client, run, personas):
+    client.force_login(personas.outsider)
+    response = client.get(reverse("runs:detail", args=[run.pk]))
+    assert response.status_code == 403
+    assert run.request not in response.content.decode()
+
+
+def test_an_anonymous_user_never_sees_a_run(client, run):
+    response = client.get(reverse("runs:detail", args=[run.pk]))
+    assert response.status_code == 302
+    assert run.request not in response.content.decode()
+
+
+@pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-uuid", "1"])
+def test_an_unknown_run_is_404(client, personas, run_id):
+    client.force_login(personas.operator)
+    assert client.get(reverse("runs:detail", args=[run_id])).status_code == 404
+
+
+def test_an_unknown_status_filter_is_a_clear_error(client, personas):
+    client.force_login(personas.operator)
+    response = client.get(reverse("runs:list"), {"status": "exploded"})
+    assert response.status_code == 400
+    assert b"Unknown status" in response.content
+
+
+def test_the_status_filter_narrows_the_list(client, personas, run):
+    client.force_login(personas.operator)
+    assert (
+        run.request[:40] in client.get(reverse("runs:list"), {"status": "created"}).content.decode()
+    )
+    assert (
+        run.request[:40]
+        not in client.get(reverse("runs:list"), {"status": "failed"}).content.decode()
+    )
+
+
+def test_an_operator_submits_a_run(
+    client, personas, agent, workspace, django_capture_on_commit_callbacks
+):
+    client.force_login(personas.operator)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post(
+            reverse("runs:new"),
+            {
+                "agent": agent.pk,
+                "workspace": workspace.pk,
+                "request": "  Update the changelog  ",
+            },
+        )
+    run = Run.objects.get()
+    assert response["Location"] == reverse("runs:detail", args=[run.pk])
+    assert (run.request, run.requester, run.status) == (
+        "Update the changelog",
+        personas.operator,
+        "created",
+    )
+    assert [e.type for e in run.events.all()] == ["run.created"]
+    assert callbacks, "the run is handed to a worker once committed"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"request": "   "}, "request is empty"),
+        ({"request": "x" * 20_001}, "at most 20000 characters"),
+        ({"agent": "999999"}, "Select a valid choice"),
+        ({"workspace": "nope"}, "Select a valid choice"),
+    ],
+)
+def test_a_bad_run_submission_is_refused_and_records_nothing(
+    client, personas, agent, workspace, data, message
+):
+    client.force_login(personas.operator)
+    form = {"agent": agent.pk, "workspace": workspace.pk, "request": "Do it", **data}
+    response = client.post(reverse("runs:new"), form)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_a_run_submission_without_the_csrf_token_is_refused(personas, agent, workspace):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(personas.operator)
+    response = client.post(
+        reverse("runs:new"), {"agent": agent.pk, "workspace": workspace.pk, "request": "Do it"}
+    )
+    assert response.status_code == 403
+    assert not Run.objects.exists()
+
+
+def test_login_and_logout_work(client, personas):
+    from tests.conftest import PASSWORD
+
+    response = client.post(reverse("login"), {"username": "otto-operator", "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.get(reverse("runs:list")).status_code == 200
+    assert client.get(reverse("logout")).status_code == 405  # logging out takes a POST
+    client.post(reverse("logout"))
+    assert client.get(reverse("runs:list")).status_code == 302
+
+
+def test_a_wrong_password_is_refused(client, personas):
+    response = client.post(reverse("login"), {"username": "otto-operator", "password": "nope"})
+    assert response.status_code == 200
+    assert b"didn't match" in response.content
+
+
+def test_the_approval_queue_lists_runs_waiting_for_a_decision(client, personas, run):
+    run.status = "waiting_for_approval"
+    run.save(update_fields=["status"])
+    client.force_login(personas.approver)
+    assert run.request[:40] in client.get(reverse("approvals:queue")).content.decode()
+
+
+def test_the_dashboard_counts_runs_per_state(client, personas, run):
+    client.force_login(personas.ops)
+    html = client.get(reverse("dashboards")).content.decode()
+    assert '<td data-status="created">1</td>' in html
+    assert '<td data-status="failed">0</td>' in html

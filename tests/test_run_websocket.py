@@ -1,0 +1,159 @@
+"""The run WebSocket, through the real ASGI stack (origin check, session auth, consumer)
+and the real channel layer of the configuration under test."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+
+from harness_console.asgi import application
+from runs.services import run_event_append
+from tests.conftest import EVERYWHERE
+
+pytestmark = EVERYWHERE
+SEQ = re.compile(r'id="run-event-(\d+)"')
+
+
+def cookie(client, user) -> bytes:
+    client.force_login(user)
+    name = settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}".encode()
+
+
+def communicator(path: str, *, cookie: bytes | None = None, origin: bytes = b"http://localhost"):
+    headers = [(b"origin", origin), (b"host", b"localhost")]
+    if cookie:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def _connect(path, **kwargs):
+    ws = communicator(path, **kwargs)
+    connected, code = await ws.connect(timeout=10)
+    return ws, connected, code
+
+
+def connect(path, **kwargs):
+    return async_to_sync(_connect)(path, **kwargs)
+
+
+async def _receive_all(ws, timeout=1.0) -> list[str]:
+    """Every frame until none arrives for ``timeout`` s (a receive timeout would kill the app)."""
+    frames = []
+    while not await ws.receive_nothing(timeout=timeout):
+        frames.append(await ws.receive_from())
+    return frames
+
+
+def seqs(frames: list[str]) -> list[int]:
+    return [int(s) for frame in frames for s in SEQ.findall(frame)]
+
+
+def test_an_unauthenticated_websocket_is_closed(run):
+    _ws, connected, code = connect(f"/ws/runs/{run.pk}/")
+    assert not connected
+    assert code == 4401
+
+
+def test_an_outsider_websocket_is_refused(client, run, personas):
+    _ws, connected, code = connect(f"/ws/runs/{run.pk}/", cookie=cookie(client, personas.outsider))
+    assert (connected, code) == (False, 4403)
+
+
+@pytest.mark.parametrize("run_id", [lambda: uuid.uuid4(), lambda: "not-a-uuid"])
+def test_an_unknown_run_websocket_is_closed_as_not_found(client, personas, run_id):
+    session = cookie(client, personas.operator)
+    _ws, connected, code = connect(f"/ws/runs/{run_id()}/", cookie=session)
+    assert (connected, code) == (False, 4404)
+
+
+def test_a_websocket_from_another_site_is_refused(client, run, personas):
+    _ws, connected, _ = connect(
+        f"/ws/runs/{run.pk}/",
+        cookie=cookie(client, personas.operator),
+        origin=b"https://evil.example",
+    )
+    assert not connected
+
+
+@pytest.mark.parametrize("after", ["-1", "abc", "1.5", "99999999999", "%EF%BC%91"])
+def test_a_malformed_after_gets_a_clear_error_then_a_close(client, run, personas, after):
+    # Cookies are made here, not in the coroutine: its thread's queries would stay open.
+    session = cookie(client, personas.operator)
+
+    async def scenario():
+        ws, connected, _ = await _connect(f"/ws/runs/{run.pk}/?after={after}", cookie=session)
+        assert connected
+        message = await ws.receive_from(timeout=5)
+        closed = await ws.receive_output(timeout=5)
+        return message, closed
+
+    message, closed = async_to_sync(scenario)()
+    assert "after must be a whole number" in message
+    assert closed == {"type": "websocket.close", "code": 4400}
+
+
+@pytest.mark.parametrize("who", ["admin", "approver", "operator", "ops"])
+def test_every_role_that_sees_runs_may_follow_one(client, run, personas, who):
+    session = cookie(client, getattr(personas, who))
+
+    async def scenario():
+        ws, connected, _ = await _connect(f"/ws/runs/{run.pk}/", cookie=session)
+        frames = await _receive_all(ws, timeout=0.5) if connected else []
+        await ws.disconnect()
+        return connected, frames
+
+    connected, frames = async_to_sync(scenario)()
+    assert connected
+    assert seqs(frames) == [1]
+
+
+def test_it_replays_after_the_cursor_then_streams_each_event_once(client, run, personas):
+    for i in range(4):
+        run_event_append(run_id=run.pk, type="note", payload={"i": i})  # seq 2..5
+
+    session = cookie(client, personas.operator)
+
+    async def scenario():
+        ws, connected, _ = await _connect(f"/ws/runs/{run.pk}/?after=2", cookie=session)
+        assert connected
+        replayed = await _receive_all(ws, timeout=1.0)
+        from channels.db import database_sync_to_async
+
+        for i in range(3):  # seq 6..8, appended and published by another "process"
+            await database_sync_to_async(run_event_append)(
+                run_id=run.pk, type="late", payload={"i": i}
+            )
+        streamed = await _receive_all(ws, timeout=2.0)
+        await ws.disconnect()
+        return replayed, streamed
+
+    replayed, streamed = async_to_sync(scenario)()
+    assert seqs(replayed) == [3, 4, 5]
+    assert seqs(streamed) == [6, 7, 8]
+    assert 'id="run-last-seq" hx-swap-oob="true" hidden data-seq="8"' in streamed[-1]
+
+
+def test_a_status_change_updates_the_status_badge_live(client, run, personas):
+    from runs.services import run_transition
+
+    session = cookie(client, personas.operator)
+
+    async def scenario():
+        ws, _, _ = await _connect(f"/ws/runs/{run.pk}/?after=1", cookie=session)
+        from channels.db import database_sync_to_async
+
+        await database_sync_to_async(run_transition)(run_id=run.pk, to="planning")
+        frames = await _receive_all(ws, timeout=2.0)
+        await ws.disconnect()
+        return frames
+
+    frames = async_to_sync(scenario)()
+    assert '<span id="run-status" class="status status-planning" hx-swap-oob="true">' in "".join(
+        frames
+    )

@@ -1,0 +1,68 @@
+"""`make run`'s last step: daphne, a worker and beat as one group that Ctrl-C stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tests.stack import ROOT, free_port, wait_until
+from tests.test_settings_env import VARIABLES
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it has stopped all the same.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ")[-1][0] != "Z"
+
+
+def children_of(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_ctrl_c_stops_web_worker_and_beat_cleanly(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env.update(HARNESS_VAR_DIR=str(tmp_path / "var"), PYTHONUNBUFFERED="1")
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
+    serve = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def ready() -> bool:
+            text = (tmp_path / "serve.log").read_text(errors="replace")
+            if "ready." not in text or "beat: Starting" not in text:
+                return False
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        wait_until(ready, timeout=60, what="web, worker and beat")
+        group = children_of(serve.pid)
+        descendants = group + [c for pid in group for c in children_of(pid)]
+        assert len(group) == 3
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=40) == 0
+        time.sleep(0.5)
+        assert [pid for pid in descendants if alive(pid)] == []
+        text = (tmp_path / "serve.log").read_text(errors="replace")
+        assert "Stopped." in text
+        assert "killing it" not in text
+    finally:
+        if serve.poll() is None:
+            serve.kill()

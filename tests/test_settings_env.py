@@ -1,0 +1,109 @@
+"""Settings from the environment: the embedded default, production, and refusing unsafe starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIABLES = (
+    "DEBUG",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "HARNESS_USE_TEST_DATABASES",
+)
+PROBE = (
+    "import django; django.setup(); from django.conf import settings as s; "
+    "print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, "
+    "s.CHANNEL_LAYERS['default']['BACKEND'], s.DEBUG, sorted(s.DATABASES), s.SECRET_KEY[:6])"
+)
+
+
+def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    clean.update(
+        HARNESS_VAR_DIR=str(tmp_path / "var"),
+        DJANGO_SETTINGS_MODULE="harness_console.settings",
+        **env,
+    )
+    return subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_with_nothing_set_it_is_the_embedded_default(tmp_path):
+    result = load_settings(tmp_path)
+    assert result.returncode == 0, result.stderr
+    engine, broker, layer, debug, aliases, _ = result.stdout.split(" ", 5)
+    assert engine == "django.db.backends.sqlite3"
+    assert broker == "filesystem://"
+    assert layer == "channels_lite.layers.core.SQLiteChannelLayer"
+    assert debug == "True"
+    assert "'channels'" in aliases
+    assert (tmp_path / "var" / "broker" / "queue").is_dir()
+
+
+def test_the_embedded_secret_key_is_generated_once_and_kept(tmp_path):
+    first = load_settings(tmp_path).stdout.split()[-1]
+    second = load_settings(tmp_path).stdout.split()[-1]
+    key_file = tmp_path / "var" / "secret_key"
+    assert first == second
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+
+
+def test_with_both_urls_set_it_is_production(tmp_path):
+    result = load_settings(
+        tmp_path,
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/test",
+        REDIS_URL="redis://127.0.0.1:6379/0",
+        SECRET_KEY="s" * 50,
+        ALLOWED_HOSTS="console.example",
+    )
+    assert result.returncode == 0, result.stderr
+    engine, broker, layer, debug, aliases, _ = result.stdout.split(" ", 5)
+    assert engine == "django.db.backends.postgresql"
+    assert broker == "redis://127.0.0.1:6379/0"
+    assert layer == "channels_redis.core.RedisChannelLayer"
+    assert debug == "False"
+    assert aliases.strip() == "['default']"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DEBUG": "false", "ALLOWED_HOSTS": "x.example"}, "SECRET_KEY must be set"),
+        ({"DEBUG": "false", "SECRET_KEY": "s" * 50}, "ALLOWED_HOSTS must be set"),
+        ({"DATABASE_URL": "postgres://postgres@127.0.0.1/test"}, "Set both DATABASE_URL and"),
+        ({"REDIS_URL": "redis://127.0.0.1:6379/0"}, "Set both DATABASE_URL and"),
+        ({"DEBUG": "maybe"}, "DEBUG='maybe' is not a boolean"),
+        (
+            {
+                "DATABASE_URL": "postgres://postgres@127.0.0.1/test",
+                "REDIS_URL": "redis://x",
+                "ALLOWED_HOSTS": "x.example",
+            },
+            "SECRET_KEY must be set",
+        ),
+    ],
+)
+def test_an_unsafe_or_broken_environment_refuses_to_start(tmp_path, env, message):
+    result = load_settings(tmp_path, **env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr
+
+
+def test_debug_off_never_writes_a_generated_key(tmp_path):
+    load_settings(tmp_path, DEBUG="false", ALLOWED_HOSTS="x.example")
+    assert not (tmp_path / "var" / "secret_key").exists()
