@@ -193,7 +193,9 @@ if EMBEDDED:
     BROKER_DIR = VAR_DIR / "broker"
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = (
+        "filesystem://localhost//"  # the host is ignored; naming it avoids a warning
+    )
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # Both directions in one folder, as kombu's filesystem transport needs across processes.
         "data_folder_in": str(BROKER_DIR / "queue"),
@@ -225,8 +227,13 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = not DEBUG and env_bool("HARNESS_HTTPS", default=False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Behind a TLS-terminating proxy: secure cookies, trust its X-Forwarded-Proto, and accept
+# form posts from the https origins of ALLOWED_HOSTS.
+HTTPS = env_bool("HARNESS_HTTPS", default=False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    CSRF_TRUSTED_ORIGINS = [f"https://{host.lstrip('.')}" for host in ALLOWED_HOSTS if host != "*"]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

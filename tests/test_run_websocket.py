@@ -157,3 +157,27 @@ def test_a_status_change_updates_the_status_badge_live(client, run, personas):
     assert '<span id="run-status" class="status status-planning" hx-swap-oob="true">' in "".join(
         frames
     )
+
+
+def test_every_event_also_reaches_the_ops_group(run):
+    from channels.db import database_sync_to_async
+    from channels.layers import get_channel_layer
+
+    from runs.live import OPS_GROUP
+
+    async def scenario():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(OPS_GROUP, channel)
+        await database_sync_to_async(run_event_append)(run_id=run.pk, type="note", payload={"x": 1})
+        message = await layer.receive(channel)
+        await layer.group_discard(OPS_GROUP, channel)
+        return message
+
+    message = async_to_sync(scenario)()
+    assert (message["run_id"], message["seq"], message["event_type"], message["payload"]) == (
+        str(run.pk),
+        2,
+        "note",
+        {"x": 1},
+    )
