@@ -201,3 +201,24 @@ def test_the_dashboard_counts_runs_per_state(client, personas, run):
     html = client.get(reverse("dashboards")).content.decode()
     assert '<td data-status="created">1</td>' in html
     assert '<td data-status="failed">0</td>' in html
+
+
+def test_a_refused_page_says_why_inside_the_console_layout(client, personas):
+    client.force_login(personas.approver)
+    response = client.get(reverse("runs:new"))
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert "Your role may not submit runs." in html
+    assert 'data-nav="approvals"' in html  # the navigation is still there
+
+
+def test_a_refused_page_logs_one_line_without_a_traceback(client, personas, caplog):
+    client.force_login(personas.approver)
+    client.get(reverse("runs:new"))
+    from harness_console.logging import QuietPermissionDenied
+
+    records = [r for r in caplog.records if "Forbidden" in r.getMessage()]
+    assert records
+    for record in records:
+        QuietPermissionDenied().filter(record)
+        assert record.exc_info is None

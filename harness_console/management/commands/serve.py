@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,8 +87,9 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        self.stdout.write(f"Harness Console on http://{host}:{port}/  (Ctrl-C stops it)")
-        died = None
+        died = self._wait_for_web(children, host, port, lambda: stopping)
+        if died is None and not stopping:
+            self.stdout.write(f"Harness Console on http://{host}:{port}/  (Ctrl-C stops it)")
         while not stopping and died is None:
             died = next((n for n, p in children.items() if p.poll() is not None), None)
             time.sleep(0.2)
@@ -97,8 +99,25 @@ class Command(BaseCommand):
         if died:
             sys.exit(1)
 
+    @staticmethod
+    def _wait_for_web(
+        children: dict[str, subprocess.Popen], host: str, port: int, stopping: Any
+    ) -> str | None:
+        """Print the URL only once daphne accepts connections; return a child that died."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stopping():
+            died = next((n for n, p in children.items() if p.poll() is not None), None)
+            if died:
+                return died
+            try:
+                socket.create_connection((host, port), timeout=0.5).close()
+                return None
+            except OSError:
+                time.sleep(0.1)
+        return None
+
     def _stop_all(self, children: dict[str, subprocess.Popen]) -> None:
-        self.stdout.write("Stopping web, worker and beat…")
+        self.stdout.write("Stopping web, worker and beat (the worker finishes its tasks first)…")
         for process in children.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
