@@ -1,0 +1,380 @@
+"""The prompt assembler of SPEC C1–C3 (ADR 0006): a pure function of layers and a tokenizer.
+
+No I/O, no database, no clock: the same layers give the same prompt, byte for byte. The
+context builder gathers the data; this module only decides what fits.
+
+Strategies, applied when a layer's text exceeds its budget:
+
+- ``drop_whole_units`` (list layers). Units are given in drop order (business rules oldest
+  first, instruction files lowest priority first). First, a unit that alone is larger than
+  the whole budget is dropped whole; then units are dropped from the head until the rest fits.
+  A unit is never cut; the layer may end empty.
+- ``truncate_tail`` (blob layers). The units form one text; a prefix of it that fits the
+  budget *together with* the marker ``[... truncated ...]`` is kept. The cut falls between
+  characters, so it never splits a UTF-8 sequence; units wholly after the cut are reported
+  dropped, the one that was cut is reported truncated.
+- ``keep_or_drop`` (identity and the like). All or nothing: half an identity is useless.
+
+A layer's ``tokens`` is the tokenizer's count of exactly the text it contributes to the
+prompt; layers join with a blank line, which belongs to no layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
+from typing import Final, Literal, get_args
+
+from .tokenizer import Tokenizer
+
+Strategy = Literal["drop_whole_units", "truncate_tail", "keep_or_drop"]
+STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
+UNIT_SEPARATOR: Final = "\n\n"
+LAYER_SEPARATOR: Final = "\n\n"
+TRUNCATION_MARKER: Final = "\n[... truncated ...]"  # ASCII: keeps ASCII text ASCII
+
+REASON_OVER_BUDGET: Final = "over budget: dropped from the head of the list until the rest fits"
+REASON_UNIT_TOO_LARGE: Final = "larger than the whole layer budget"
+REASON_ALL_OR_NOTHING: Final = (
+    "keep_or_drop: the layer does not fit its budget, so none of it is kept"
+)
+REASON_AFTER_CUT: Final = "truncate_tail: after the truncation point"
+REASON_NO_ROOM: Final = "truncate_tail: the budget cannot hold even the truncation marker"
+REASON_ZERO_BUDGET: Final = "the layer's budget is 0"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One indivisible piece of a layer, with where it came from (SPEC C9)."""
+
+    source_id: str
+    text: str
+    title: str = ""
+    path: str = ""
+    timestamp: str = ""
+    trust_level: str = ""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A unit its loader refused before assembly (a broken file, say), reported with it."""
+
+    source_id: str
+    reason: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    strategy: Strategy
+    budget: int
+    units: tuple[Unit, ...] = ()
+    rejected: tuple[Rejected, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"Layer {self.name!r}: unknown strategy {self.strategy!r}; "
+                f"use one of {', '.join(STRATEGIES)}."
+            )
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
+            raise ValueError(f"Layer {self.name!r}: the budget must be a whole number ≥ 0.")
+
+
+@dataclass(frozen=True)
+class Kept:
+    source_id: str
+    tokens: int
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Dropped:
+    source_id: str
+    tokens: int
+    reason: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a strategy decided, by unit index; records are built only when someone looks."""
+
+    text: str
+    kept: Sequence[int] = ()
+    dropped: tuple[tuple[Sequence[int], str], ...] = ()
+    cut_index: int | None = None  # the kept unit truncate_tail cut
+    cut_text: str = ""
+    truncated: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class LayerResult:
+    name: str
+    position: int
+    strategy: Strategy
+    budget: int
+    tokens: int
+    estimated: bool
+    truncated: bool
+    text: str = field(repr=False)
+    _units: tuple[Unit, ...] = field(repr=False, default=())
+    _rejected: tuple[Rejected, ...] = field(repr=False, default=())
+    _plan: _Plan = field(repr=False, default=_Plan(""))
+    _tokenizer: Tokenizer | None = field(repr=False, default=None)
+
+    @cached_property
+    def kept(self) -> tuple[Kept, ...]:
+        plan, count = self._plan, self._count
+        return tuple(
+            Kept(self._units[i].source_id, count(plan.cut_text), truncated=True)
+            if i == plan.cut_index
+            else Kept(self._units[i].source_id, count(self._units[i].text))
+            for i in plan.kept
+        )
+
+    @cached_property
+    def dropped(self) -> tuple[Dropped, ...]:
+        rejected = tuple(Dropped(r.source_id, 0, r.reason, r.path) for r in self._rejected)
+        return rejected + tuple(
+            Dropped(
+                self._units[i].source_id,
+                self._count(self._units[i].text),
+                reason,
+                self._units[i].path,
+            )
+            for indices, reason in self._plan.dropped
+            for i in indices
+        )
+
+    def _count(self, text: str) -> int:
+        return self._tokenizer.count(text) if self._tokenizer else 0
+
+    def _key(self) -> tuple:
+        return (
+            self.name,
+            self.position,
+            self.strategy,
+            self.budget,
+            self.tokens,
+            self.estimated,
+            self.truncated,
+            self.text,
+            self.kept,
+            self.dropped,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LayerResult) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.position, self.text))
+
+
+@dataclass(frozen=True)
+class Assembly:
+    layers: tuple[LayerResult, ...]
+    prompt: str
+    tokens: int
+    estimated: bool
+
+    def layer(self, name: str) -> LayerResult:
+        return next(layer for layer in self.layers if layer.name == name)
+
+
+def assemble(layers: Sequence[Layer], tokenizer: Tokenizer) -> Assembly:
+    """Fit each layer into its budget and join the survivors into the prompt."""
+    names = [layer.name for layer in layers]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"Duplicate layer {', '.join(map(repr, duplicates))}.")
+    results = tuple(
+        _fit(layer, position, tokenizer) for position, layer in enumerate(layers, start=1)
+    )
+    prompt = LAYER_SEPARATOR.join(result.text for result in results if result.text)
+    return Assembly(
+        layers=results,
+        prompt=prompt,
+        tokens=tokenizer.count(prompt),
+        estimated=tokenizer.estimated,
+    )
+
+
+def _fit(layer: Layer, position: int, tokenizer: Tokenizer) -> LayerResult:
+    texts = list(map(_TEXT, layer.units))
+    if layer.budget == 0 and texts:
+        plan = _Plan("", (), ((range(len(texts)), REASON_ZERO_BUDGET),))
+    elif layer.strategy == "drop_whole_units":
+        plan = _drop_whole_units(texts, layer.budget, tokenizer)
+    elif layer.strategy == "truncate_tail":
+        plan = _truncate_tail(texts, layer.budget, tokenizer)
+    else:
+        plan = _keep_or_drop(texts, layer.budget, tokenizer)
+    return LayerResult(
+        name=layer.name,
+        position=position,
+        strategy=layer.strategy,
+        budget=layer.budget,
+        tokens=tokenizer.count(plan.text) if plan.text else 0,
+        estimated=tokenizer.estimated,
+        truncated=plan.truncated,
+        text=plan.text,
+        _units=layer.units,
+        _rejected=layer.rejected,
+        _plan=plan,
+        _tokenizer=tokenizer,
+    )
+
+
+_TEXT = attrgetter("text")
+
+
+def _sizes(texts: list[str], joined: str, tokenizer: Tokenizer) -> tuple[list[int], bool]:
+    """Additive sizes of each text, and whether they are also character counts.
+
+    When the tokenizer's size is the UTF-8 length and the joined text is ASCII (an O(1)
+    check in CPython, true exactly when every unit is ASCII), ``len`` is the size.
+    """
+    if getattr(tokenizer, "size_is_utf8_length", False) and joined.isascii():
+        return list(map(len, texts)), True
+    return list(map(tokenizer.size, texts)), False
+
+
+def _drop_whole_units(texts: list[str], budget: int, tokenizer: Tokenizer) -> _Plan:
+    """Linear, and mostly in C: one join to see if all fits, one pass for sizes, a chunked
+    walk for the head to drop, one join of what is left."""
+    joined = UNIT_SEPARATOR.join(texts)
+    if tokenizer.count(joined) <= budget:
+        return _Plan(joined, range(len(texts)))
+    sizes, sizes_are_chars = _sizes(texts, joined, tokenizer)
+    fits = tokenizer.tokens_for_size
+    too_large: list[int] = []
+    fitting: Sequence[int] = range(len(texts))
+    if fits(max(sizes)) > budget:  # rare: take the slow path and set them aside
+        too_large = [i for i, size in enumerate(sizes) if fits(size) > budget]
+        excluded = set(too_large)
+        fitting = [i for i in range(len(texts)) if i not in excluded]
+        sizes = [sizes[i] for i in fitting]
+    separator = tokenizer.size(UNIT_SEPARATOR)
+    total = sum(sizes) + separator * max(0, len(sizes) - 1)
+    room = _largest_size_within(budget, tokenizer, total)
+    head = _first_start_at_or_after(sizes, separator, total - room)
+    if sizes_are_chars and isinstance(fitting, range):  # what is left is a tail of ``joined``
+        text = joined[sum(sizes[:head]) + separator * head :] if head < len(sizes) else ""
+    else:
+        text = _join_from(texts, fitting, head)
+    # An exact tokenizer is only nearly additive: keep dropping while the true count is over.
+    while head < len(fitting) and tokenizer.count(text) > budget:
+        head += 1
+        text = _join_from(texts, fitting, head)
+    return _Plan(
+        text,
+        fitting[head:],
+        ((too_large, REASON_UNIT_TOO_LARGE), (fitting[:head], REASON_OVER_BUDGET)),
+    )
+
+
+def _join_from(texts: list[str], fitting: Sequence[int], head: int) -> str:
+    if isinstance(fitting, range):
+        return UNIT_SEPARATOR.join(texts[head:])
+    return UNIT_SEPARATOR.join([texts[i] for i in fitting[head:]])
+
+
+def _largest_size_within(budget: int, tokenizer: Tokenizer, upper: int) -> int:
+    """The largest size whose token count fits the budget (bisection: ~log2(upper) calls)."""
+    low, high = 0, upper
+    while low < high:
+        middle = (low + high + 1) // 2
+        if tokenizer.tokens_for_size(middle) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+_CHUNK = 256
+
+
+def _first_start_at_or_after(lengths: Sequence[int], separator: int, target: int) -> int:
+    """The first unit index whose start offset is ≥ ``target`` (``len(lengths)`` if none).
+
+    Unit ``k`` starts at ``sum(lengths[:k]) + separator * k``. Whole chunks are skipped with
+    C-level sums, so only one chunk is walked unit by unit.
+    """
+    position, index, count = 0, 0, len(lengths)
+    if target <= 0:
+        return 0
+    while index < count:
+        chunk = lengths[index : index + _CHUNK]
+        span = sum(chunk) + separator * len(chunk)
+        if position + span >= target:
+            break
+        position, index = position + span, index + len(chunk)
+    else:
+        return count
+    for length in lengths[index : index + _CHUNK]:
+        if position >= target:
+            return index
+        position, index = position + length + separator, index + 1
+    return index
+
+
+def _keep_or_drop(texts: list[str], budget: int, tokenizer: Tokenizer) -> _Plan:
+    text = UNIT_SEPARATOR.join(texts)
+    if tokenizer.count(text) <= budget:
+        return _Plan(text, range(len(texts)))
+    return _Plan("", (), ((range(len(texts)), REASON_ALL_OR_NOTHING),))
+
+
+def _truncate_tail(texts: list[str], budget: int, tokenizer: Tokenizer) -> _Plan:
+    text = UNIT_SEPARATOR.join(texts)
+    if tokenizer.count(text) <= budget:
+        return _Plan(text, range(len(texts)))
+    if tokenizer.count(TRUNCATION_MARKER) > budget:
+        return _Plan("", (), ((range(len(texts)), REASON_NO_ROOM),))
+    cut = _longest_prefix(text, budget, tokenizer)
+    lengths = list(map(len, texts))
+    separator = len(UNIT_SEPARATOR)
+    # The unit the cut falls in (or, if it falls in a separator, the unit before it).
+    index = _first_start_at_or_after(lengths, separator, cut + 1) - 1
+    start = sum(lengths[:index]) + separator * index
+    whole = cut >= start + lengths[index]
+    first_dropped = index + 1 if (whole or cut > start) else index  # nothing of it kept
+    cut_index = None if whole or cut == start else index
+    return _Plan(
+        text[:cut] + TRUNCATION_MARKER,
+        range(first_dropped),
+        ((range(first_dropped, len(texts)), REASON_AFTER_CUT),),
+        cut_index=cut_index,
+        cut_text=text[start:cut] if cut_index is not None else "",
+        truncated=True,
+    )
+
+
+def _longest_prefix(text: str, budget: int, tokenizer: Tokenizer) -> int:
+    """The largest character index whose prefix plus the marker fits the budget.
+
+    Slicing a ``str`` cuts between code points, so the prefix is always valid UTF-8. With a
+    UTF-8-length tokenizer the index is computed directly (bytes, then back to the start of
+    a character); any other tokenizer is bisected.
+    """
+    if getattr(tokenizer, "size_is_utf8_length", False):
+        room = tokenizer.bytes_per_token * budget - tokenizer.size(TRUNCATION_MARKER)
+        if text.isascii():
+            return max(0, min(room, len(text)))
+        encoded = text.encode("utf-8", "surrogatepass")
+        cut = max(0, min(room, len(encoded)))
+        while 0 < cut < len(encoded) and encoded[cut] & 0xC0 == 0x80:
+            cut -= 1  # back to the first byte of the character the room ends in
+        return len(encoded[:cut].decode("utf-8", "surrogatepass"))
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if tokenizer.count(text[:middle] + TRUNCATION_MARKER) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low
