@@ -178,7 +178,7 @@ else:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
-                "prefix": os.environ.get("HARNESS_CHANNEL_PREFIX", "harness"),
+                "prefix": os.environ.get("HARNESS_REDIS_PREFIX", "harness"),
             },
         }
     }
@@ -214,6 +214,32 @@ else:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Cache -----------------------------------------------------------------------------
+# Shared by every process (web and workers): instruction loading is cached here (SPEC C6).
+REDIS_PREFIX = os.environ.get("HARNESS_REDIS_PREFIX", "harness")
+if EMBEDDED:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            "TIMEOUT": 24 * 3600,
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": REDIS_PREFIX,
+            "TIMEOUT": 24 * 3600,
+        }
+    }
+
+# --- Harness ---------------------------------------------------------------------------
+# The token counter behind every budget; an exact counter with the same three methods
+# (count, size, tokens_for_size) can replace the estimate here.
+HARNESS_TOKENIZER = os.environ.get("HARNESS_TOKENIZER", "policies.core.tokenizer.ByteEstimate")
 
 # --- Auth ------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -26,6 +26,12 @@ class Workspace(models.Model):
     root = models.CharField(
         max_length=1000, help_text="Absolute path of the folder the agent works in."
     )
+    context_file = models.CharField(
+        max_length=500,
+        blank=True,
+        default="README.md",
+        help_text="The project context file, relative to the workspace; empty for none.",
+    )
     drafts_root = models.CharField(
         max_length=1000,
         blank=True,
@@ -57,6 +63,10 @@ class Workspace(models.Model):
             errors["root"] = "Give an absolute path."
         elif not Path(self.root).is_dir():
             errors["root"] = f"{self.root} is not an existing folder."
+        if self.context_file and (
+            Path(self.context_file).is_absolute() or ".." in Path(self.context_file).parts
+        ):
+            errors["context_file"] = "Give a path inside the workspace, like README.md."
         if self.drafts_root and not Path(self.drafts_root).is_absolute():
             errors["drafts_root"] = "Give an absolute path, or leave empty."
         elif self.drafts_root and Path(self.drafts_root).resolve().is_relative_to(

@@ -149,3 +149,13 @@ def pytest_collection_modifyitems(config, items: list) -> None:
     """Browser tests last: Playwright's sync API leaves an event loop running in the main
     thread for the rest of the session, where Django's sync code paths refuse to run."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(autouse=True)
+def fresh_instruction_cache() -> None:
+    """Test databases reuse ids across sessions, while the cache outlives them: start each
+    test from a fresh generation (not cache.clear(), which on Redis would flush the broker)."""
+    from policies import instruction_cache
+
+    instruction_cache.instructions_invalidate()
+    instruction_cache._memo.clear()

@@ -20,6 +20,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
+from policies.models import BusinessRule, InstructionVersion
+from policies.services import instruction_update
 from runs.models import Agent, Workspace
 
 DEMO_SOURCE = Path(settings.BASE_DIR) / "demo" / "workspace"
@@ -27,6 +29,15 @@ DEMO_USERS = (ADMIN, APPROVER, OPERATOR, OPS)
 DEMO_IDENTITY = (
     "You are the documentation assistant of the demo workspace. You propose small, reviewed "
     "changes to Markdown documentation and never change configuration."
+)
+
+DEMO_INSTRUCTIONS = (
+    "Propose every change as a draft first and explain it in one sentence.\n"
+    "Ask before changing more than three files in one run."
+)
+DEMO_RULES = (
+    "Documentation pages are in English.",
+    "Every page starts with a level-one heading.",
 )
 
 
@@ -58,10 +69,11 @@ class Command(BaseCommand):
             for role in DEMO_USERS:
                 logins[role] = self._user(role, logins.get(role))
             workspace = self._workspace()
-            Agent.objects.get_or_create(
+            agent, _ = Agent.objects.get_or_create(
                 slug="docs-assistant",
                 defaults={"name": "Docs assistant", "identity": DEMO_IDENTITY},
             )
+            self._context(agent)
         _save_logins(logins)
         self.stdout.write(f"Demo workspace: {workspace.root}")
         self.stdout.write("Logins (role: username / password):")
@@ -80,6 +92,16 @@ class Command(BaseCommand):
         user.save()
         user.groups.set([Group.objects.get(name=role)])
         return password
+
+    def _context(self, agent: Agent) -> None:
+        """Instructions and business rules for the demo agent, only if it has none yet."""
+        if not InstructionVersion.objects.filter(agent=agent).exists():
+            instruction_update(
+                agent=agent, text=DEMO_INSTRUCTIONS, author=None, note="Seeded by seed_demo"
+            )
+        if not BusinessRule.objects.filter(agent=agent).exists():
+            for rule in DEMO_RULES:
+                BusinessRule.objects.create(agent=agent, text=rule)
 
     def _workspace(self) -> Workspace:
         target = Path(settings.VAR_DIR) / "workspaces" / "demo"

@@ -1,0 +1,76 @@
+"""The admin's "Preview prompt" page (SPEC C8) and its "Reload from disk" button."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from runs.models import Agent, Workspace
+
+from .context import ContextError, context_build, context_report
+from .instruction_cache import instructions_invalidate
+
+
+class PreviewForm(forms.Form):
+    workspace = forms.ModelChoiceField(queryset=Workspace.objects.all(), empty_label=None)
+    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}))
+
+
+def budget_chart(report: dict[str, Any]) -> str:
+    names = [layer["name"] for layer in report["layers"]]
+    figure = go.Figure(
+        [
+            go.Bar(name="budget", x=names, y=[layer["budget"] for layer in report["layers"]]),
+            go.Bar(name="tokens used", x=names, y=[layer["tokens"] for layer in report["layers"]]),
+        ]
+    )
+    figure.update_layout(
+        barmode="group",
+        height=320,
+        margin={"t": 30, "b": 80},
+        yaxis_title="tokens" + (" (estimated)" if report["estimated"] else ""),
+    )
+    return figure.to_html(full_html=False, include_plotlyjs=False, div_id="budget-plot")
+
+
+def prompt_preview(request: HttpRequest, agent_id: int, each_context: dict) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=agent_id)
+    form = PreviewForm(request.GET or None, initial={"workspace": Workspace.objects.first()})
+    report = chart = error = workspace = None
+    if form.is_valid():
+        workspace = form.cleaned_data["workspace"]
+        try:
+            built = context_build(agent=agent, workspace=workspace, task=form.cleaned_data["task"])
+        except ContextError as problem:
+            error = str(problem)
+        else:
+            report = context_report(built)
+            chart = budget_chart(report)
+    context = {
+        **each_context,
+        "title": f"Preview prompt: {agent.name}",
+        "agent": agent,
+        "form": form,
+        "report": report,
+        "chart": chart,
+        "error": error,
+        "workspace": workspace,
+        "opts": Agent._meta,
+    }
+    return TemplateResponse(request, "admin/policies/prompt_preview.html", context)
+
+
+def reload_from_disk(request: HttpRequest, agent_id: int) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=agent_id)
+    workspace = get_object_or_404(Workspace, pk=request.POST.get("workspace") or 0)
+    instructions_invalidate(root=workspace.root)
+    messages.success(request, f"The AGENTS.md files of {workspace.name} will be read again.")
+    url = reverse("admin:runs_agent_preview", args=[agent.pk])
+    return HttpResponseRedirect(f"{url}?workspace={workspace.pk}")

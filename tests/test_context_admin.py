@@ -1,0 +1,196 @@
+"""Context configuration in the admin (SPEC C1, C8): validation, versions, preview."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from policies.models import BusinessRule, InstructionVersion, LayerConfig
+from policies.services import instruction_update
+from runs.models import Agent
+
+pytestmark = pytest.mark.django_db
+
+INLINE = "layer_configs"
+RULES = "business_rules"
+
+
+def agent_form(agent, layers=(), rules=(), **fields):
+    data = {
+        "slug": agent.slug,
+        "name": agent.name,
+        "identity": agent.identity,
+        "model": agent.model,
+        "max_turns": agent.max_turns,
+        f"{INLINE}-TOTAL_FORMS": len(layers),
+        f"{INLINE}-INITIAL_FORMS": 0,
+        f"{RULES}-TOTAL_FORMS": len(rules),
+        f"{RULES}-INITIAL_FORMS": 0,
+        **fields,
+    }
+    for i, (name, position, strategy, budget) in enumerate(layers):
+        data.update(
+            {
+                f"{INLINE}-{i}-name": name,
+                f"{INLINE}-{i}-position": position,
+                f"{INLINE}-{i}-strategy": strategy,
+                f"{INLINE}-{i}-budget": budget,
+            }
+        )
+    for i, text in enumerate(rules):
+        data.update({f"{RULES}-{i}-text": text, f"{RULES}-{i}-active": "on"})
+    return data
+
+
+@pytest.fixture
+def admin_client(client, personas):
+    client.force_login(personas.admin)
+    return client
+
+
+def post_agent(admin_client, agent, **kwargs):
+    return admin_client.post(
+        reverse("admin:runs_agent_change", args=[agent.pk]), agent_form(agent, **kwargs)
+    )
+
+
+def test_an_admin_overrides_layers_and_adds_rules(admin_client, agent):
+    response = post_agent(
+        admin_client,
+        agent,
+        layers=[("task_state", 1, "keep_or_drop", 500)],
+        rules=["Pages are in English."],
+    )
+    assert response.status_code == 302
+    config = LayerConfig.objects.get(agent=agent)
+    assert (config.name, config.position, config.strategy, config.budget) == (
+        "task_state",
+        1,
+        "keep_or_drop",
+        500,
+    )
+    assert BusinessRule.objects.get(agent=agent).text == "Pages are in English."
+
+
+@pytest.mark.parametrize(
+    ("layers", "fields", "message"),
+    [
+        ([("task_state", 1, "keep_or_drop", -5)], {}, "A budget cannot be negative."),
+        ([("task_state", 1, "keep_or_drop", 10**9)], {}, "larger than any model reads"),
+        ([("task_state", 1, "truncate_head", 5)], {}, "Select a valid choice"),
+        (
+            [("task_state", 1, "keep_or_drop", 5), ("task_state", 2, "keep_or_drop", 5)],
+            {},
+            "The layer task_state is configured twice",
+        ),
+        (
+            [("task_state", 1, "keep_or_drop", 5), ("identity", 1, "keep_or_drop", 5)],
+            {},
+            "both sit at position 1",
+        ),
+        ([("no_such_layer", 1, "keep_or_drop", 5)], {}, "Select a valid choice"),
+        ([], {"identity": "   "}, "This field is required"),
+    ],
+)
+def test_bad_configuration_is_refused_with_a_clear_message(
+    admin_client, agent, layers, fields, message
+):
+    response = post_agent(admin_client, agent, layers=layers, **fields)
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert not LayerConfig.objects.exists()
+    agent.refresh_from_db()
+    assert agent.identity == "You test things."
+
+
+def test_an_instruction_edit_adds_a_version_and_keeps_history(admin_client, personas, agent):
+    instruction_update(agent=agent, text="line one\nline two\n", author=personas.admin)
+    add = reverse("admin:policies_instructionversion_add")
+    prefilled = admin_client.get(add, {"agent": agent.pk}).content.decode()
+    assert "line one" in prefilled  # the form starts from the text in force
+    admin_client.post(add, {"agent": agent.pk, "text": "line one\nline 2\n", "note": "n"})
+    versions = list(InstructionVersion.objects.filter(agent=agent).order_by("version"))
+    assert [v.version for v in versions] == [1, 2]
+    page = admin_client.get(
+        reverse("admin:policies_instructionversion_change", args=[versions[1].pk])
+    ).content.decode()
+    assert "-line two" in page and "+line 2" in page
+    compare = admin_client.get(
+        reverse("admin:policies_instructionversion_compare", args=[versions[1].pk]),
+        {"against": versions[0].pk},
+    ).content.decode()
+    assert "-line two" in compare and "+line 2" in compare
+
+
+def test_an_instruction_version_cannot_be_changed_or_deleted(admin_client, personas, agent):
+    version = instruction_update(agent=agent, text="v1", author=personas.admin)
+    url = reverse("admin:policies_instructionversion_change", args=[version.pk])
+    admin_client.post(url, {"agent": agent.pk, "text": "forged", "note": ""})
+    delete = admin_client.post(
+        reverse("admin:policies_instructionversion_delete", args=[version.pk]), {"post": "yes"}
+    )
+    assert delete.status_code == 403
+    assert InstructionVersion.objects.get().text == "v1"
+    version.text = "forged"
+    with pytest.raises(ValueError, match="never rewritten"):
+        version.save()
+
+
+def test_restoring_copies_an_old_version_forward(admin_client, personas, agent):
+    first = instruction_update(agent=agent, text="original", author=personas.admin)
+    instruction_update(agent=agent, text="changed", author=personas.admin)
+    url = reverse("admin:policies_instructionversion_restore", args=[first.pk])
+    assert "-changed" in admin_client.get(url).content.decode()  # it shows what will change
+    admin_client.post(url)
+    latest = InstructionVersion.objects.filter(agent=agent).order_by("-version").first()
+    assert (latest.version, latest.text, latest.restored_from) == (3, "original", first)
+    assert latest.note == "Restored version 1"
+
+
+def test_oversized_instructions_are_refused_and_nothing_is_saved(admin_client, agent):
+    response = admin_client.post(
+        reverse("admin:policies_instructionversion_add"),
+        {"agent": agent.pk, "text": "x" * 200_001, "note": ""},
+    )
+    assert response.status_code == 302
+    assert not InstructionVersion.objects.exists()
+    messages = [str(m) for m in response.wsgi_request._messages]
+    assert any("the limit is 200,000" in m for m in messages)
+
+
+def test_the_preview_shows_each_layer_the_chart_and_the_prompt(admin_client, agent, workspace):
+    (workspace.root_path / "README.md").write_text("Project context " * 1200)
+    BusinessRule.objects.create(agent=agent, text="Oldest rule " * 50)
+    BusinessRule.objects.create(agent=agent, text="Newest rule")
+    LayerConfig.objects.create(
+        agent=agent, name="business_rules", position=4, strategy="drop_whole_units", budget=10
+    )
+    html = admin_client.get(
+        reverse("admin:runs_agent_preview", args=[agent.pk]),
+        {"workspace": workspace.pk, "task": "Fix the link"},
+    ).content.decode()
+    assert 'data-layer="identity"' in html and 'data-layer="output_schema"' in html
+    assert "larger than the whole layer budget" in html  # the old rule, dropped whole
+    assert "(truncated)" in html  # the project context
+    assert 'id="budget-plot"' in html and "vendor/plotly.min.js" in html
+    assert "You test things." in html and "Fix the link" in html
+
+
+@pytest.mark.parametrize("who", ["approver", "operator", "ops", "outsider"])
+def test_only_admins_preview_prompts_or_reload(client, personas, agent, workspace, who):
+    client.force_login(getattr(personas, who))
+    preview = client.get(reverse("admin:runs_agent_preview", args=[agent.pk]))
+    reload = client.post(
+        reverse("admin:runs_agent_reload", args=[agent.pk]), {"workspace": workspace.pk}
+    )
+    assert preview.status_code == 302 and "/admin/login/" in preview["Location"]
+    assert reload.status_code == 302 and "/admin/login/" in reload["Location"]
+
+
+def test_an_agent_without_identity_cannot_be_created(admin_client):
+    response = admin_client.post(
+        reverse("admin:runs_agent_add"),
+        agent_form(Agent(slug="new", name="New", identity=""), identity=""),
+    )
+    assert response.status_code == 200
+    assert not Agent.objects.filter(slug="new").exists()

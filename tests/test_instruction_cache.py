@@ -1,0 +1,113 @@
+"""The instruction cache across processes (SPEC C6): an edit through the console is seen by
+the very next assembly anywhere; without an edit nothing is read again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from policies.instruction_cache import instructions_load
+from policies.models import InstructionVersion
+from policies.services import instruction_update
+from tests.conftest import EVERYWHERE
+from tests.stack import ROOT
+
+pytestmark = EVERYWHERE
+
+
+def prompt_in_another_process(agent, workspace) -> str:
+    env = {**os.environ, "HARNESS_USE_TEST_DATABASES": "true"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "assemble_prompt",
+            "--agent",
+            agent.slug,
+            "--workspace",
+            workspace.slug,
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["prompt"]
+
+
+@pytest.fixture
+def setup(personas, agent, workspace):
+    (workspace.root_path / "AGENTS.md").write_text("root file v1")
+    instruction_update(agent=agent, text="console text v1", author=personas.admin)
+    return personas, agent, workspace
+
+
+def test_an_admin_edit_is_in_the_very_next_assembly_of_another_process(setup, client):
+    personas, agent, workspace = setup
+    assert "console text v1" in prompt_in_another_process(agent, workspace)
+    client.force_login(personas.admin)
+    response = client.post(
+        reverse("admin:policies_instructionversion_add"),
+        {"agent": agent.pk, "text": "console text v2", "note": "tighter"},
+    )
+    assert response.status_code == 302
+    prompt = prompt_in_another_process(agent, workspace)
+    assert "console text v2" in prompt and "console text v1" not in prompt
+    latest = InstructionVersion.objects.get(agent=agent, version=2)
+    assert (latest.author, latest.note) == (personas.admin, "tighter")
+
+
+def test_a_restore_is_in_the_very_next_assembly_too(setup, client):
+    personas, agent, workspace = setup
+    instruction_update(agent=agent, text="console text v2", author=personas.admin)
+    assert "console text v2" in prompt_in_another_process(agent, workspace)
+    client.force_login(personas.admin)
+    first = InstructionVersion.objects.get(agent=agent, version=1)
+    client.post(reverse("admin:policies_instructionversion_restore", args=[first.pk]))
+    assert "console text v1" in prompt_in_another_process(agent, workspace)
+
+
+def test_without_an_edit_nothing_is_read_again_until_reload_from_disk(setup, client):
+    personas, agent, workspace = setup
+    assert "root file v1" in prompt_in_another_process(agent, workspace)
+    (workspace.root_path / "AGENTS.md").write_text("root file v2, edited outside")
+    assert "root file v1" in prompt_in_another_process(agent, workspace)  # cached: not re-read
+    first = instructions_load(agent=agent, root=workspace.root)
+    assert instructions_load(agent=agent, root=workspace.root) is first
+    client.force_login(personas.admin)
+    response = client.post(
+        reverse("admin:runs_agent_reload", args=[agent.pk]), {"workspace": workspace.pk}
+    )
+    assert response.status_code == 302
+    assert "root file v2, edited outside" in prompt_in_another_process(agent, workspace)
+
+
+def test_the_invalidate_command_drops_an_agent_or_everything(setup):
+    _personas, agent, workspace = setup
+    assert "root file v1" in prompt_in_another_process(agent, workspace)
+    (workspace.root_path / "AGENTS.md").write_text("root file v3")
+    call_command("invalidate_instructions", "--agent", agent.slug)
+    assert "root file v3" in prompt_in_another_process(agent, workspace)
+    (workspace.root_path / "AGENTS.md").write_text("root file v4")
+    call_command("invalidate_instructions")
+    assert "root file v4" in prompt_in_another_process(agent, workspace)
+
+
+def test_moving_a_workspace_folder_in_the_admin_drops_its_cache(setup, tmp_path):
+    _personas, agent, workspace = setup
+    assert "root file v1" in prompt_in_another_process(agent, workspace)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "AGENTS.md").write_text("moved root")
+    workspace.root = str(moved)
+    workspace.save()
+    assert "moved root" in prompt_in_another_process(agent, workspace)
