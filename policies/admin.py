@@ -120,7 +120,8 @@ class InstructionVersionAdmin(admin.ModelAdmin):
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         initial = super().get_changeform_initial_data(request)
-        agent = Agent.objects.filter(pk=initial.get("agent") or None).first()
+        raw = str(initial.get("agent") or "")
+        agent = Agent.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
         current = instructions_current(agent) if agent else None
         if current:
             initial["text"] = current.text

@@ -42,7 +42,10 @@ def budget_chart(report: dict[str, Any]) -> str:
 
 def prompt_preview(request: HttpRequest, agent_id: int, each_context: dict) -> HttpResponse:
     agent = get_object_or_404(Agent, pk=agent_id)
-    form = PreviewForm(request.GET or None, initial={"workspace": Workspace.objects.first()})
+    first = Workspace.objects.order_by("name").first()
+    # Opening the page previews the first workspace at once; the form changes it.
+    data = request.GET if "workspace" in request.GET else {"workspace": first.pk if first else ""}
+    form = PreviewForm(data)
     report = chart = error = workspace = None
     if form.is_valid():
         workspace = form.cleaned_data["workspace"]

@@ -194,3 +194,14 @@ def test_an_agent_without_identity_cannot_be_created(admin_client):
     )
     assert response.status_code == 200
     assert not Agent.objects.filter(slug="new").exists()
+
+
+def test_opening_the_preview_shows_the_first_workspace_at_once(admin_client, agent, workspace):
+    html = admin_client.get(reverse("admin:runs_agent_preview", args=[agent.pk])).content.decode()
+    assert 'data-layer="identity"' in html and "You test things." in html
+
+
+def test_a_malformed_agent_in_the_instruction_form_is_ignored_not_a_crash(admin_client):
+    response = admin_client.get(reverse("admin:policies_instructionversion_add"),
+                                {"agent": "abc"})
+    assert response.status_code == 200
