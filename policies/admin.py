@@ -18,7 +18,17 @@ from django.utils.html import format_html
 
 from runs.models import Agent
 
-from .models import BusinessRule, InstructionVersion, LayerConfig
+from .core.paths import PathRefused
+from .core.permissions import PolicyError
+from .core.tool_specs import BUILTIN_TOOLS
+from .models import BusinessRule, InstructionVersion, LayerConfig, Policy, PolicyRule
+from .permissions import (
+    parse_arguments,
+    permission_check,
+    policy_bump_version,
+    policy_from_row,
+    verdict_report,
+)
 from .services import (
     InstructionError,
     instruction_restore,
@@ -241,3 +251,80 @@ class InstructionVersionAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/policies/instruction_compare.html", context)
+
+
+class PolicyRuleInline(admin.TabularInline):
+    model = PolicyRule
+    extra = 0
+    fields = ("order", "key", "tool", "path", "decision", "reason")
+    ordering = ("order", "id")
+
+
+class PolicyTestForm(forms.Form):
+    tool = forms.ChoiceField(choices=[(name, name) for name in sorted(BUILTIN_TOOLS)])
+    path = forms.CharField(required=False, help_text="Relative to the workspace.")
+    arguments = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text='The call\'s arguments as JSON, e.g. {"path": "docs/a.md"}.',
+    )
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    list_display = ("name", "ceiling", "version", "updated_at", "test_link")
+    readonly_fields = ("version", "test_link")
+    fields = ("name", "description", "ceiling", "version", "test_link")
+    inlines = [PolicyRuleInline]
+
+    @admin.display(description="Explain")
+    def test_link(self, obj: Policy) -> str:
+        if obj.pk is None:
+            return "Save the policy first."
+        return format_html(
+            '<a href="{}">Test this policy…</a>',
+            reverse("admin:policies_policy_test", args=[obj.pk]),
+        )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        if change and (form.has_changed() or any(f.has_changed() for f in formsets)):
+            policy_bump_version(policy=form.instance)
+
+    def get_urls(self) -> list:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<int:pk>/test/", wrap(self.test_view), name="policies_policy_test"),
+            *super().get_urls(),
+        ]
+
+    def test_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """ "Test a rule": a call in, the decision, the rule that decided and every rule
+        considered out — the same engine the runs use."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied("Your role may not read policies.")
+        row = get_object_or_404(Policy, pk=pk)
+        form = PolicyTestForm(request.GET or None)
+        report = error = None
+        if form.is_valid():
+            try:
+                verdict = permission_check(
+                    policy=policy_from_row(row),
+                    tool=form.cleaned_data["tool"],
+                    path=form.cleaned_data["path"] or None,
+                    arguments=parse_arguments(form.cleaned_data["arguments"]),
+                )
+            except (PolicyError, PathRefused) as problem:
+                error = str(problem)
+            else:
+                report = verdict_report(verdict)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Test policy {row}",
+            "policy": row,
+            "form": form,
+            "report": report,
+            "error": error,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/policies/policy_test.html", context)

@@ -7,11 +7,13 @@ from typing import Any
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from wcmatch import glob
 
 from runs.models import Agent
 
 from .core.assembler import STRATEGIES
 from .core.layers import LAYER_NAMES, MAX_BUDGET
+from .core.permissions import DECISIONS, LEVELS, PolicyError, Rule
 
 
 class LayerConfig(models.Model):
@@ -103,3 +105,61 @@ class BusinessRule(models.Model):
 
         if not self.text.strip():
             raise ValidationError({"text": "A rule needs some text."})
+
+
+class Policy(models.Model):
+    """A permission policy: a level ceiling and ordered rules (SPEC P1, P2). Every save bumps
+    the version, which each recorded decision keeps."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+    ceiling = models.CharField(max_length=2, choices=[(lv, lv) for lv in LEVELS], default="L2")
+    version = models.PositiveIntegerField(default=1, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "policies"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PolicyRule(models.Model):
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="rules")
+    order = models.PositiveIntegerField(help_text="Rules are considered in this order.")
+    key = models.SlugField(max_length=63, help_text="A short name shown in every decision.")
+    tool = models.CharField(max_length=200, help_text="Tool name pattern: *, mcp:*, {a,b}.")
+    path = models.CharField(
+        max_length=500, blank=True, help_text="Glob over workspace paths (** spans folders)."
+    )
+    decision = models.CharField(max_length=16, choices=[(d, d) for d in DECISIONS])
+    reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["policy", "order", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["policy", "key"],
+                name="policy_rule_unique_key",
+                violation_error_message="Two rules of a policy cannot share a key.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.tool} {self.path} → {self.decision}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        try:
+            self.as_rule()
+        except PolicyError as error:
+            raise ValidationError(str(error)) from error
+        try:
+            glob.translate(self.path or "*", flags=glob.GLOBSTAR | glob.BRACE)
+        except Exception as error:
+            raise ValidationError({"path": f"Not a valid glob: {error}"}) from error
+
+    def as_rule(self) -> Rule:
+        return Rule(self.key, self.tool, self.decision, self.path, self.reason)

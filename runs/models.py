@@ -86,6 +86,14 @@ class Agent(models.Model):
     name = models.CharField(max_length=200)
     identity = models.TextField(help_text="Who the agent is; the first layer of every prompt.")
     model = models.CharField(max_length=100, default="claude-sonnet-4-5")
+    policy = models.ForeignKey(
+        "policies.Policy",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="agents",
+        help_text="Its permission policy; empty means the policy named default.",
+    )
     max_turns = models.PositiveIntegerField(
         default=50, validators=[MinValueValidator(1), MaxValueValidator(1000)]
     )

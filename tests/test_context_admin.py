@@ -202,6 +202,5 @@ def test_opening_the_preview_shows_the_first_workspace_at_once(admin_client, age
 
 
 def test_a_malformed_agent_in_the_instruction_form_is_ignored_not_a_crash(admin_client):
-    response = admin_client.get(reverse("admin:policies_instructionversion_add"),
-                                {"agent": "abc"})
+    response = admin_client.get(reverse("admin:policies_instructionversion_add"), {"agent": "abc"})
     assert response.status_code == 200

@@ -1,0 +1,206 @@
+"""The permission engine of SPEC P1–P4, P6: a pure function from a policy, a tool call and
+the run's grants to a verdict that says which rule decided and why.
+
+Order of the checks:
+
+1. **Level ceiling** (P1): a tool above the policy's ceiling is denied, whatever the rules.
+2. **Rules** (P2): every rule is considered; a matching ``deny`` wins wherever it stands;
+   otherwise the first matching rule in order decides (``allow``, ``ask``, ``ask_strong``).
+   No rule matching is a deny: a policy allows only what it names.
+3. **Human only** (P3): a tool whose side effect is a production change (publish, deploy,
+   send email) is never allowed without a person: an ``allow`` becomes ``ask``, and no grant
+   stands in for the person.
+4. **Grants** (P4): an ``ask`` that an approver remembered for this run (same tool, a path
+   inside the remembered pattern) becomes ``allow``. ``ask_strong`` is asked every time.
+
+Globs come from wcmatch (``**`` spans folders). Deny patterns match case-insensitively, so
+``Config/x`` cannot slip past a deny of ``config/**``; allow patterns match exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Final, Literal, get_args
+
+from wcmatch import fnmatch, glob
+
+Decision = Literal["allow", "ask", "ask_strong", "deny"]
+DECISIONS: Final[tuple[Decision, ...]] = get_args(Decision)
+Level = Literal["L1", "L2", "L3"]
+LEVELS: Final[tuple[Level, ...]] = get_args(Level)
+SideEffect = Literal["none", "filesystem_write", "external_api", "production_change"]
+SIDE_EFFECTS: Final[tuple[SideEffect, ...]] = get_args(SideEffect)
+
+_GLOB_FLAGS: Final = glob.GLOBSTAR | glob.DOTGLOB | glob.BRACE
+_TOOL_FLAGS: Final = fnmatch.BRACE
+
+
+class PolicyError(ValueError):
+    """A malformed rule or call; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``tool`` is a name pattern (``*``, ``mcp:*``, ``{deleteFile,renameFile}``); ``path``
+    a glob over workspace-relative paths, empty for "any call, with or without a path"."""
+
+    id: str
+    tool: str
+    decision: Decision
+    path: str = ""
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.decision not in DECISIONS:
+            raise PolicyError(
+                f"Rule {self.id}: unknown decision {self.decision!r}; use one of "
+                f"{', '.join(DECISIONS)}."
+            )
+        if not self.tool.strip():
+            raise PolicyError(f"Rule {self.id}: the tool pattern is empty (use * for any tool).")
+        if self.path.startswith("/") or "\x00" in self.path:
+            raise PolicyError(f"Rule {self.id}: path globs are relative to the workspace.")
+
+    @cached_property
+    def matches_tool(self) -> Callable[[str], bool]:
+        """Compiled once per rule: a plain name is an equality test, a pattern a matcher."""
+        if not any(ch in self.tool for ch in "*?[{"):
+            return self.tool.__eq__
+        matcher = fnmatch.compile(self.tool, flags=_TOOL_FLAGS)
+        return lambda tool: bool(matcher.match(tool))
+
+    @cached_property
+    def matches_path(self) -> Callable[[str | None], bool]:
+        if not self.path:
+            return lambda path: True
+        flags = _GLOB_FLAGS | (glob.IGNORECASE if self.decision == "deny" else 0)
+        matcher = glob.compile(self.path, flags=flags)
+        return lambda path: path is not None and bool(matcher.match(path))
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    ceiling: Level
+    rules: tuple[Rule, ...]
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        if self.ceiling not in LEVELS:
+            raise PolicyError(f"Policy {self.name}: unknown ceiling {self.ceiling!r}.")
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call as the engine sees it: the path already resolved inside the workspace."""
+
+    tool: str
+    level: Level
+    side_effect: SideEffect = "none"
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise PolicyError(f"Tool {self.tool}: unknown level {self.level!r}.")
+        if self.side_effect not in SIDE_EFFECTS:
+            raise PolicyError(f"Tool {self.tool}: unknown side effect {self.side_effect!r}.")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """An approver's "remember for this run": this tool, paths inside this pattern."""
+
+    tool: str
+    path: str
+    granted_by: str = ""
+
+    def matches(self, call: Call) -> bool:
+        rule = Rule("grant", self.tool, "allow", self.path)
+        return rule.matches_tool(call.tool) and rule.matches_path(call.path)
+
+
+@dataclass(frozen=True)
+class Considered:
+    rule_id: str
+    matched: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    human_only: bool
+    rule: str | None
+    reason: str
+    grant: Grant | None = None
+    _policy: Policy | None = field(default=None, repr=False, compare=False)
+    _call: Call | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def considered(self) -> tuple[Considered, ...]:
+        """Every rule and whether it matched: worked out only when someone asks (P6)."""
+        if self._policy is None or self._call is None:
+            return ()
+        return tuple(_consider(rule, self._call) for rule in self._policy.rules)
+
+
+def _consider(rule: Rule, call: Call) -> Considered:
+    if not rule.matches_tool(call.tool):
+        return Considered(rule.id, False, f"tool {call.tool} is not {rule.tool}")
+    if not rule.matches_path(call.path):
+        where = "no path" if call.path is None else f"path {call.path}"
+        return Considered(rule.id, False, f"{where} is not in {rule.path}")
+    return Considered(
+        rule.id, True, f"matches {rule.tool}" + (f" on {rule.path}" if rule.path else "")
+    )
+
+
+def decide(policy: Policy, call: Call, grants: Sequence[Grant] = ()) -> Verdict:
+    """The decision for ``call`` under ``policy``, with the rule and reason (SPEC P6)."""
+    human_only = call.side_effect == "production_change"
+    if LEVELS.index(call.level) > LEVELS.index(policy.ceiling):
+        return Verdict(
+            "deny",
+            human_only,
+            None,
+            f"{call.tool} needs level {call.level}, above this policy's ceiling {policy.ceiling}",
+        )
+    first: Rule | None = None
+    deny: Rule | None = None
+    for rule in policy.rules:  # every rule: a deny anywhere wins
+        if rule.matches_tool(call.tool) and rule.matches_path(call.path):
+            if rule.decision == "deny":
+                deny = rule
+                break
+            if first is None:
+                first = rule
+    rule = deny or first
+    if rule is None:
+        return Verdict(
+            "deny",
+            human_only,
+            None,
+            "no rule matches: denied by default",
+            _policy=policy,
+            _call=call,
+        )
+    reason = rule.reason or f"rule {rule.id}: {rule.decision}"
+    decision: Decision = rule.decision
+    if human_only and decision == "allow":
+        decision, reason = "ask", f"{reason}; a production change always needs a person"
+    if decision == "ask" and not human_only:
+        grant = next((g for g in grants if g.matches(call)), None)
+        if grant is not None:
+            who = f" by {grant.granted_by}" if grant.granted_by else ""
+            return Verdict(
+                "allow",
+                human_only,
+                rule.id,
+                f"remembered for this run{who} ({grant.tool} on {grant.path or '*'})",
+                grant,
+                _policy=policy,
+                _call=call,
+            )
+    return Verdict(decision, human_only, rule.id, reason, _policy=policy, _call=call)

@@ -1,0 +1,101 @@
+"""Permission checks against the policies stored in the console (SPEC P1–P3, P6)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from .core.default_policy import DEFAULT_POLICY_NAME
+from .core.paths import normalize_relative
+from .core.permissions import Call, Grant, Policy, PolicyError, Verdict, decide
+from .core.tool_specs import BUILTIN_TOOLS
+from .models import Policy as PolicyRow
+from .paths import resolve_in_workspace
+
+PATH_ARGUMENTS = ("path", "source", "target")
+
+
+def policy_load(name: str) -> Policy:
+    try:
+        row = PolicyRow.objects.get(name=name)
+    except PolicyRow.DoesNotExist:
+        raise PolicyError(f"No policy named {name!r}.") from None
+    return policy_from_row(row)
+
+
+def policy_from_row(row: PolicyRow) -> Policy:
+    rules = tuple(rule.as_rule() for rule in row.rules.order_by("order", "id"))
+    return Policy(row.name, row.ceiling, rules, row.version)
+
+
+def policy_for_agent(agent: Any) -> Policy:
+    return policy_from_row(agent.policy) if agent.policy_id else policy_load(DEFAULT_POLICY_NAME)
+
+
+def policy_bump_version(*, policy: PolicyRow) -> None:
+    """Any edit of a policy or its rules makes a new version; decisions record which."""
+    with transaction.atomic():
+        PolicyRow.objects.filter(pk=policy.pk).update(version=F("version") + 1)
+    policy.refresh_from_db(fields=["version"])
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise PolicyError(
+            f"The arguments are not valid JSON: {error.msg} at {error.pos}."
+        ) from None
+    if not isinstance(value, dict):
+        raise PolicyError("The arguments must be a JSON object.")
+    return value
+
+
+def permission_check(
+    *,
+    policy: Policy,
+    tool: str,
+    path: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    workspace_root: Path | str | None = None,
+    grants: Sequence[Grant] = (),
+) -> Verdict:
+    """Look the tool up, resolve its path (inside the workspace when one is given), decide.
+
+    A path that escapes is refused before any rule is matched (PathRefused propagates).
+    """
+    spec = BUILTIN_TOOLS.get(tool)
+    if spec is None:
+        raise PolicyError(
+            f"Unknown tool {tool!r}; built-in tools are {', '.join(sorted(BUILTIN_TOOLS))}."
+        )
+    raw = path
+    if raw is None and arguments:
+        raw = next((arguments[k] for k in PATH_ARGUMENTS if k in arguments), None)
+    resolved: str | None = None
+    if raw is not None:
+        resolved = (
+            resolve_in_workspace(workspace_root, raw).relative
+            if workspace_root
+            else normalize_relative(raw)
+        )
+    return decide(policy, Call(tool, spec.level, spec.side_effect, resolved), grants)
+
+
+def verdict_report(verdict: Verdict) -> dict[str, Any]:
+    return {
+        "decision": verdict.decision,
+        "human_only": verdict.human_only,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "considered": [
+            {"rule": c.rule_id, "matched": c.matched, "why": c.why} for c in verdict.considered
+        ],
+    }
