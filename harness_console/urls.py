@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from runs.views import dashboard
 
@@ -16,4 +18,6 @@ urlpatterns = [
     path("approvals/", include("approvals.urls")),
     path("dashboards/", dashboard, name="dashboards"),
     path("admin/", admin.site.urls),
+    # Pages that do not name an icon (the admin's) make browsers ask for this one.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
 ]

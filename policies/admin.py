@@ -10,7 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -18,6 +18,7 @@ from django.utils.html import format_html
 
 from runs.models import Agent
 
+from .core.layers import DEFAULT_LAYERS
 from .core.paths import PathRefused
 from .core.permissions import PolicyError
 from .core.tool_specs import BUILTIN_TOOLS
@@ -55,6 +56,8 @@ class LayerConfigFormSet(BaseInlineFormSet):
             if name in seen_names:
                 raise ValidationError(f"The layer {name} is configured twice; keep one row.")
             seen_names.add(name)
+            if position is None:
+                continue
             if position in seen_positions:
                 raise ValidationError(
                     f"{seen_positions[position]} and {name} both sit at position {position}; "
@@ -68,6 +71,11 @@ class LayerConfigForm(forms.ModelForm):
         model = LayerConfig
         fields = ("name", "position", "strategy", "budget")
         error_messages = {"budget": {"min_value": "A budget cannot be negative."}}
+        help_texts = {
+            "position": "Empty keeps the default.",
+            "strategy": "Empty keeps the default.",
+            "budget": "Tokens; empty keeps the default, 0 leaves the layer out.",
+        }
 
 
 class LayerConfigInline(admin.TabularInline):
@@ -77,7 +85,14 @@ class LayerConfigInline(admin.TabularInline):
     extra = 0
     fields = ("name", "position", "strategy", "budget")
     verbose_name = "layer override"
-    verbose_name_plural = "Layer overrides (layers not listed keep their defaults)"
+    verbose_name_plural = (
+        "Layer overrides (layers not listed keep their defaults; the defaults are: "
+        + "; ".join(
+            f"{spec.position}. {spec.name} {spec.strategy} {spec.budget:,}"
+            for spec in DEFAULT_LAYERS
+        )
+        + ")"
+    )
 
 
 class BusinessRuleInline(admin.TabularInline):
@@ -95,9 +110,14 @@ class InstructionForm(forms.ModelForm):
 
 
 def unified_diff(old: str, new: str, old_label: str, new_label: str) -> str:
+    """Every line ends with a newline here, so a last line without one is not glued to the
+    next line of the diff."""
     return "".join(
         difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), old_label, new_label
+            [line + "\n" for line in old.splitlines()],
+            [line + "\n" for line in new.splitlines()],
+            old_label,
+            new_label,
         )
     )
 
@@ -107,7 +127,7 @@ class InstructionVersionAdmin(admin.ModelAdmin):
     """Saving adds a version; nothing is ever changed or deleted. Restore copies forward."""
 
     form = InstructionForm
-    list_display = ("agent", "version", "author", "created_at", "note")
+    list_display = ("__str__", "author", "created_at", "note")
     list_filter = ("agent",)
     readonly_fields = (
         "agent",
@@ -130,7 +150,11 @@ class InstructionVersionAdmin(admin.ModelAdmin):
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         initial = super().get_changeform_initial_data(request)
-        raw = str(initial.get("agent") or "")
+        # From the history filtered by agent, "Add" carries the filter along: use it.
+        filters = QueryDict(request.GET.get("_changelist_filters", ""))
+        raw = str(initial.get("agent") or filters.get("agent__id__exact") or "")
+        if raw.isdigit():
+            initial["agent"] = raw
         agent = Agent.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
         current = instructions_current(agent) if agent else None
         if current:
@@ -228,11 +252,12 @@ class InstructionVersionAdmin(admin.ModelAdmin):
             raise PermissionDenied("Your role may not read instructions.")
         version = get_object_or_404(InstructionVersion, pk=pk)
         others = InstructionVersion.objects.filter(agent=version.agent).exclude(pk=pk)
-        against = (
-            others.filter(pk=request.GET.get("against") or 0).first()
-            if ((request.GET.get("against") or "").isdigit())
-            else None
-        )
+        raw_against = request.GET.get("against") or ""
+        against = others.filter(pk=int(raw_against)).first() if raw_against.isdigit() else None
+        if raw_against and against is None:
+            self.message_user(
+                request, f"No other version {raw_against!r} of this agent.", messages.WARNING
+            )
         diff = ""
         if against is not None:
             diff = (

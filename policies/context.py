@@ -73,9 +73,14 @@ def _layer_specs(agent: Agent, budgets: Mapping[str, int]) -> list:
     for name, budget in budgets.items():
         if not 0 <= budget <= MAX_BUDGET:
             raise ContextError(f"The budget of {name} must be between 0 and {MAX_BUDGET:,}.")
-    overrides = {
-        c.name: (c.position, c.strategy, c.budget) for c in LayerConfig.objects.filter(agent=agent)
-    }
+    overrides = {}
+    for config in LayerConfig.objects.filter(agent=agent):
+        default = DEFAULTS_BY_NAME[config.name]
+        overrides[config.name] = (
+            config.position if config.position is not None else default.position,
+            config.strategy or default.strategy,
+            config.budget if config.budget is not None else default.budget,
+        )
     specs = effective_layers(overrides)
     return [(spec, budgets.get(spec.name, spec.budget)) for spec in specs]
 

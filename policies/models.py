@@ -22,11 +22,15 @@ class LayerConfig(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="layer_configs")
     name = models.CharField(max_length=32, choices=[(n, n) for n in LAYER_NAMES])
     position = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Order in the prompt: 1 comes first.",
+        help_text="Order in the prompt: 1 comes first; empty keeps the default.",
     )
-    strategy = models.CharField(max_length=32, choices=[(s, s) for s in STRATEGIES])
+    strategy = models.CharField(max_length=32, blank=True, choices=[(s, s) for s in STRATEGIES])
     budget = models.PositiveIntegerField(
+        null=True,
+        blank=True,
         validators=[
             MinValueValidator(0, "A budget cannot be negative."),
             MaxValueValidator(
@@ -43,11 +47,6 @@ class LayerConfig(models.Model):
                 fields=["agent", "name"],
                 name="layer_config_unique_name",
                 violation_error_message="This agent already configures that layer.",
-            ),
-            models.UniqueConstraint(
-                fields=["agent", "position"],
-                name="layer_config_unique_position",
-                violation_error_message="Two layers of this agent cannot share a position.",
             ),
         ]
 

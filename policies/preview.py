@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 from django import forms
@@ -20,24 +21,39 @@ from .instruction_cache import instructions_invalidate
 
 class PreviewForm(forms.Form):
     workspace = forms.ModelChoiceField(queryset=Workspace.objects.all(), empty_label=None)
-    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}))
+    task = forms.CharField(
+        required=False, max_length=20_000, widget=forms.Textarea(attrs={"rows": 3, "cols": 80})
+    )
 
 
 def budget_chart(report: dict[str, Any]) -> str:
-    names = [layer["name"] for layer in report["layers"]]
+    """Each layer's budget as one bar, split into tokens used and tokens left."""
+    layers = report["layers"]
+    names = [layer["name"] for layer in layers]
+    used = [layer["tokens"] for layer in layers]
+    left = [max(0, layer["budget"] - layer["tokens"]) for layer in layers]
     figure = go.Figure(
         [
-            go.Bar(name="budget", x=names, y=[layer["budget"] for layer in report["layers"]]),
-            go.Bar(name="tokens used", x=names, y=[layer["tokens"] for layer in report["layers"]]),
+            go.Bar(name="tokens used", y=names, x=used, orientation="h", marker_color="#2a5bd7"),
+            go.Bar(name="budget left", y=names, x=left, orientation="h", marker_color="#d9dee4"),
         ]
     )
+    unit = "tokens" + (" (estimated)" if report["estimated"] else "")
     figure.update_layout(
-        barmode="group",
-        height=320,
-        margin={"t": 30, "b": 80},
-        yaxis_title="tokens" + (" (estimated)" if report["estimated"] else ""),
+        barmode="stack",
+        height=80 + 28 * len(layers),
+        margin={"t": 10, "b": 40, "l": 130},
+        xaxis_title=unit,
+        yaxis={"autorange": "reversed"},
+        legend={"orientation": "h"},
     )
-    return figure.to_html(full_html=False, include_plotlyjs=False, div_id="budget-plot")
+    return figure.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id="budget-plot",
+        default_width="100%",
+        config={"responsive": True, "displaylogo": False},
+    )
 
 
 def prompt_preview(request: HttpRequest, agent_id: int, each_context: dict) -> HttpResponse:
@@ -76,4 +92,5 @@ def reload_from_disk(request: HttpRequest, agent_id: int) -> HttpResponse:
     instructions_invalidate(root=workspace.root)
     messages.success(request, f"The AGENTS.md files of {workspace.name} will be read again.")
     url = reverse("admin:runs_agent_preview", args=[agent.pk])
-    return HttpResponseRedirect(f"{url}?workspace={workspace.pk}")
+    query = urlencode({"workspace": workspace.pk, "task": request.POST.get("task", "")})
+    return HttpResponseRedirect(f"{url}?{query}")

@@ -6,7 +6,6 @@ from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 
 from runs.models import Agent
 
@@ -41,7 +40,12 @@ def instruction_update(
         )
     with transaction.atomic():
         Agent.objects.select_for_update().filter(pk=agent.pk).exists()
-        latest = InstructionVersion.objects.filter(agent=agent).aggregate(n=Max("version"))["n"]
+        current = instructions_current(agent)
+        if current is not None and current.text == text and restored_from is None:
+            raise InstructionError(
+                f"The text is the same as version {current.version}, in force; nothing saved."
+            )
+        latest = current.version if current else None
         try:
             version = InstructionVersion.objects.create(
                 agent=agent,

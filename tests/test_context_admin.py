@@ -204,3 +204,70 @@ def test_opening_the_preview_shows_the_first_workspace_at_once(admin_client, age
 def test_a_malformed_agent_in_the_instruction_form_is_ignored_not_a_crash(admin_client):
     response = admin_client.get(reverse("admin:policies_instructionversion_add"), {"agent": "abc"})
     assert response.status_code == 200
+
+
+def test_a_diff_keeps_lines_apart_when_the_text_has_no_final_newline(admin_client, personas, agent):
+    first = instruction_update(agent=agent, text="one\ntwo", author=personas.admin)
+    second = instruction_update(agent=agent, text="one\nthree", author=personas.admin)
+    html = admin_client.get(
+        reverse("admin:policies_instructionversion_compare", args=[second.pk]),
+        {"against": first.pk},
+    ).content.decode()
+    assert "-two\n+three\n" in html
+
+
+def test_saving_unchanged_instructions_adds_no_version(admin_client, personas, agent):
+    instruction_update(agent=agent, text="same", author=personas.admin)
+    response = admin_client.post(
+        reverse("admin:policies_instructionversion_add"),
+        {"agent": agent.pk, "text": "same", "note": ""},
+        follow=True,
+    )
+    assert "nothing saved" in response.content.decode()
+    assert InstructionVersion.objects.filter(agent=agent).count() == 1
+
+
+def test_an_override_may_change_only_the_budget(admin_client, agent, workspace):
+    response = post_agent(admin_client, agent, layers=[("business_rules", "", "", 7)])
+    assert response.status_code == 302
+    report = admin_client.get(
+        reverse("admin:runs_agent_preview", args=[agent.pk]), {"workspace": workspace.pk}
+    ).content.decode()
+    assert '<tr data-layer="business_rules">\n      <td>4</td>' in report
+    assert "0 / 7" in report and "drop_whole_units" in report
+
+
+def test_two_overrides_may_swap_positions_in_one_save(admin_client, agent):
+    LayerConfig.objects.create(agent=agent, name="memory", position=1)
+    LayerConfig.objects.create(agent=agent, name="business_rules", position=4)
+    data = agent_form(agent)
+    rows = list(LayerConfig.objects.filter(agent=agent).order_by("name"))
+    data.update({f"{INLINE}-TOTAL_FORMS": 2, f"{INLINE}-INITIAL_FORMS": 2})
+    for i, (row, position) in enumerate(zip(rows, (1, 4), strict=True)):  # business_rules, memory
+        data.update(
+            {
+                f"{INLINE}-{i}-id": row.pk,
+                f"{INLINE}-{i}-agent": agent.pk,
+                f"{INLINE}-{i}-name": row.name,
+                f"{INLINE}-{i}-position": position,
+                f"{INLINE}-{i}-strategy": "",
+                f"{INLINE}-{i}-budget": "",
+            }
+        )
+    response = admin_client.post(reverse("admin:runs_agent_change", args=[agent.pk]), data)
+    assert response.status_code == 302
+    positions = dict(LayerConfig.objects.filter(agent=agent).values_list("name", "position"))
+    assert positions == {"business_rules": 1, "memory": 4}
+
+
+def test_reload_from_disk_keeps_the_task_being_previewed(admin_client, agent, workspace):
+    response = admin_client.post(
+        reverse("admin:runs_agent_reload", args=[agent.pk]),
+        {"workspace": workspace.pk, "task": "Fix the link"},
+    )
+    assert "task=Fix+the+link" in response["Location"]
+
+
+def test_the_browser_icon_is_found_from_any_page(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
