@@ -22,7 +22,14 @@ from .core.layers import DEFAULT_LAYERS
 from .core.paths import PathRefused
 from .core.permissions import PolicyError
 from .core.tool_specs import BUILTIN_TOOLS
-from .models import BusinessRule, InstructionVersion, LayerConfig, Policy, PolicyRule
+from .models import (
+    BusinessRule,
+    InstructionVersion,
+    LayerConfig,
+    Policy,
+    PolicyRule,
+    ToolDefinition,
+)
 from .permissions import (
     parse_arguments,
     permission_check,
@@ -353,3 +360,21 @@ class PolicyAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/policies/policy_test.html", context)
+
+
+@admin.register(ToolDefinition)
+class ToolDefinitionAdmin(admin.ModelAdmin):
+    """The tool registry (SPEC T1, T2): admins tune descriptions, timeouts and retries."""
+
+    list_display = (
+        "name",
+        "permission_level",
+        "side_effect",
+        "timeout_sec",
+        "retry",
+        "approval_required",
+        "enabled",
+        "source",
+    )
+    list_filter = ("source", "enabled", "permission_level", "side_effect")
+    search_fields = ("name", "description")

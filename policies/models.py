@@ -13,7 +13,8 @@ from runs.models import Agent
 
 from .core.assembler import STRATEGIES
 from .core.layers import LAYER_NAMES, MAX_BUDGET
-from .core.permissions import DECISIONS, LEVELS, PolicyError, Rule
+from .core.permissions import DECISIONS, LEVELS, SIDE_EFFECTS, PolicyError, Rule
+from .core.tool_specs import MAX_DESCRIPTION
 
 
 class LayerConfig(models.Model):
@@ -162,3 +163,58 @@ class PolicyRule(models.Model):
 
     def as_rule(self) -> Rule:
         return Rule(self.key, self.tool, self.decision, self.path, self.reason)
+
+
+class ToolDefinition(models.Model):
+    """A tool in the registry (SPEC T1, T2). Only its definition (name, description, input
+    schema) ever reaches the model, and only for tools the agent's policy may use."""
+
+    SOURCES = [("builtin", "built-in"), ("mcp", "MCP server")]
+
+    name = models.CharField(max_length=120, unique=True)
+    description = models.CharField(max_length=MAX_DESCRIPTION)
+    input_schema = models.JSONField(default=dict)
+    output_schema = models.JSONField(default=dict, blank=True)
+    permission_level = models.CharField(max_length=2, choices=[(lv, lv) for lv in LEVELS])
+    side_effect = models.CharField(max_length=32, choices=[(s, s) for s in SIDE_EFFECTS])
+    timeout_sec = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(3600)]
+    )
+    retry = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(5)], help_text="Retries for retryable failures."
+    )
+    approval_required = models.BooleanField(default=False)
+    audit = models.BooleanField(default=True)
+    source = models.CharField(max_length=16, choices=SOURCES, default="builtin")
+    implementation = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="module:function of a custom tool; empty for a built-in tool of this name.",
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Enforced on every save, not only in forms: the description limit is the contract.
+        if len(self.description) > MAX_DESCRIPTION:
+            raise ValueError(f"A tool description has at most {MAX_DESCRIPTION} characters.")
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        errors = {}
+        if len(self.description) > MAX_DESCRIPTION:
+            errors["description"] = (
+                f"At most {MAX_DESCRIPTION} characters ({len(self.description)} given): the "
+                "model reads every description on every turn."
+            )
+        if not isinstance(self.input_schema, dict) or self.input_schema.get("type") != "object":
+            errors["input_schema"] = 'The input schema must be a JSON schema of "type": "object".'
+        if errors:
+            raise ValidationError(errors)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
@@ -12,9 +12,11 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from policies.admin import BusinessRuleInline, LayerConfigInline
+from policies.core.paths import PathRefused
 from policies.preview import prompt_preview, reload_from_disk
 
-from .models import Agent, Run, RunEvent, Step, Workspace
+from .models import Agent, Run, RunEvent, Step, ToolCall, Workspace, WriteRecord
+from .tool_calls import RollbackRefused, tool_call_rollback
 
 
 @admin.register(Workspace)
@@ -109,3 +111,44 @@ class StepAdmin(ReadOnlyAdmin):
 class RunEventAdmin(ReadOnlyAdmin):
     list_display = ("run", "seq", "type", "created_at")
     list_filter = ("type",)
+
+
+class WriteRecordInline(admin.TabularInline):
+    model = WriteRecord
+    fields = ("order", "path", "diff_block", "rolled_back_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="Diff")
+    def diff_block(self, obj: WriteRecord) -> str:
+        return format_html("<pre class='diff'>{}</pre>", obj.diff)
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    """Every tool call with its decision (SPEC P6); writes can be rolled back from here."""
+
+    list_display = ("started_at", "tool", "path", "decision", "rule", "status", "workspace", "run")
+    list_filter = ("status", "decision", "tool")
+    search_fields = ("tool", "path", "reason")
+    inlines = [WriteRecordInline]
+    actions = ["roll_back"]
+
+    @admin.action(
+        description="Roll back the writes of the selected calls", permissions=["rollback"]
+    )
+    def roll_back(self, request: HttpRequest, queryset: Any) -> None:
+        for tool_call in queryset:
+            try:
+                paths = tool_call_rollback(tool_call=tool_call)
+            except (RollbackRefused, PathRefused) as error:
+                self.message_user(request, f"{tool_call.tool}: {error}", messages.ERROR)
+            else:
+                self.message_user(request, f"{tool_call.tool}: restored {', '.join(paths)}.")
+
+    def has_rollback_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("runs.change_toolcall")

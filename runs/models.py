@@ -216,3 +216,80 @@ class RunEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise AppendOnlyError("Run events are append-only; they cannot be deleted.")
+
+
+class ToolCall(models.Model):
+    """One tool call, decided and (when allowed) run; every check is kept (SPEC P6, O4)."""
+
+    STATUSES = [
+        ("refused", "refused"),  # the policy did not allow it, or the input was bad
+        ("ok", "ok"),
+        ("error", "error"),
+        ("timeout", "timed out"),
+    ]
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="tool_calls"
+    )
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="tool_calls")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    tool = models.CharField(max_length=120)
+    arguments = models.JSONField(default=dict)
+    path = models.CharField(max_length=1024, blank=True)
+    decision = models.CharField(max_length=16)
+    human_only = models.BooleanField(default=False)
+    rule = models.CharField(max_length=63, blank=True)
+    reason = models.TextField(blank=True)
+    policy_name = models.CharField(max_length=63, blank=True)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=STATUSES)
+    output = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["tool", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.status} ({self.decision})"
+
+
+class Artifact(models.Model):
+    """The full output of a tool call whose result was truncated for the model (SPEC T7)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tool_call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="artifacts")
+    kind = models.CharField(max_length=32, default="full_output")
+    content = models.TextField()
+    size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"artifact {self.id} ({self.size} bytes)"
+
+
+class WriteRecord(models.Model):
+    """A write's before and after bytes, its diff and how to undo it (SPEC R8)."""
+
+    tool_call = models.ForeignKey(ToolCall, on_delete=models.PROTECT, related_name="writes")
+    order = models.PositiveSmallIntegerField(default=0)
+    path = models.CharField(max_length=1024)
+    before = models.BinaryField(null=True, blank=True)  # None: the file did not exist
+    after = models.BinaryField(null=True, blank=True)  # None: the write removed it
+    diff = models.TextField(blank=True)
+    rollback = models.JSONField(default=dict)
+    rolled_back_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tool_call", "order"]
+
+    def __str__(self) -> str:
+        return f"write {self.path}"

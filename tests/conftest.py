@@ -82,7 +82,9 @@ def workspace(db: None, tmp_path: Path) -> Workspace:
     root = tmp_path / "workspace"
     root.mkdir()
     (root / "AGENTS.md").write_text("# Test workspace\n")
-    return Workspace.objects.create(slug="test", name="Test workspace", root=str(root))
+    return Workspace.objects.create(
+        slug="test", name="Test workspace", root=str(root), drafts_root=str(tmp_path / "drafts")
+    )
 
 
 @pytest.fixture

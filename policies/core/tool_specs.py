@@ -1,12 +1,31 @@
-"""The built-in tools' level and side effect (SPEC T2, T3, P1): what the permission engine
-needs to know about a tool before it runs."""
+"""The built-in tools' definitions (SPEC T1–T3): what the model is told, and what the
+permission engine needs to know, before a tool runs. The registry in the admin starts from
+these; an admin may then edit descriptions, timeouts and retries."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from .permissions import Level, SideEffect
+
+MAX_DESCRIPTION: Final = 250
+
+_PATH = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 1024,
+    "description": "A path relative to the workspace.",
+}
+
+
+def _schema(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -14,24 +33,131 @@ class ToolSpec:
     name: str
     level: Level
     side_effect: SideEffect
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=dict)
     takes_path: bool = True
+    timeout_sec: int = 30
+    retry: int = 0
+    approval_required: bool = False
 
 
 BUILTIN_TOOLS: Final[dict[str, ToolSpec]] = {
     spec.name: spec
     for spec in (
-        ToolSpec("searchDocs", "L1", "none", takes_path=False),
-        ToolSpec("readSource", "L1", "none"),
-        ToolSpec("glob", "L1", "none", takes_path=False),
-        ToolSpec("grep", "L1", "none", takes_path=False),
-        ToolSpec("runValidation", "L1", "none"),
-        ToolSpec("requestApproval", "L1", "none", takes_path=False),
-        ToolSpec("createDraft", "L2", "filesystem_write"),
-        ToolSpec("patchDraft", "L2", "filesystem_write"),
-        ToolSpec("commitDraft", "L2", "filesystem_write"),
-        ToolSpec("deleteFile", "L3", "filesystem_write"),
-        ToolSpec("renameFile", "L3", "filesystem_write"),
-        ToolSpec("publish", "L2", "production_change"),
-        ToolSpec("dangerous", "L3", "filesystem_write", takes_path=False),
+        ToolSpec(
+            "readSource",
+            "L1",
+            "none",
+            "Read one text file of the workspace.",
+            _schema(["path"], path=_PATH),
+        ),
+        ToolSpec(
+            "glob",
+            "L1",
+            "none",
+            "List workspace files matching a glob such as docs/**/*.md.",
+            _schema(["pattern"], pattern={"type": "string", "minLength": 1, "maxLength": 500}),
+            takes_path=False,
+        ),
+        ToolSpec(
+            "grep",
+            "L1",
+            "none",
+            "Search workspace files for a regular expression, optionally within a glob.",
+            _schema(
+                ["pattern"],
+                pattern={"type": "string", "minLength": 1, "maxLength": 500},
+                glob={"type": "string", "maxLength": 500},
+            ),
+            takes_path=False,
+        ),
+        ToolSpec(
+            "createDraft",
+            "L2",
+            "filesystem_write",
+            "Write a draft of a file; the workspace itself is not changed.",
+            _schema(
+                ["path", "content"], path=_PATH, content={"type": "string", "maxLength": 2_000_000}
+            ),
+        ),
+        ToolSpec(
+            "patchDraft",
+            "L2",
+            "filesystem_write",
+            "Change a draft (or start one from the file) with a unified diff or an exact "
+            "search and replace.",
+            _schema(
+                ["path"],
+                path=_PATH,
+                patch={"type": "string"},
+                search={"type": "string", "minLength": 1},
+                replace={"type": "string"},
+            ),
+        ),
+        ToolSpec(
+            "commitDraft",
+            "L2",
+            "filesystem_write",
+            "Replace the workspace file with its draft, after approval where needed.",
+            _schema(["path"], path=_PATH),
+            approval_required=True,
+        ),
+        ToolSpec(
+            "deleteFile",
+            "L3",
+            "filesystem_write",
+            "Delete one workspace file.",
+            _schema(["path"], path=_PATH),
+            approval_required=True,
+        ),
+        ToolSpec(
+            "renameFile",
+            "L3",
+            "filesystem_write",
+            "Rename or move one workspace file; never overwrites.",
+            _schema(["source", "target"], source=_PATH, target=_PATH),
+            approval_required=True,
+        ),
+        ToolSpec(
+            "searchDocs",
+            "L1",
+            "none",
+            "Search the workspace documentation.",
+            _schema(["query"], query={"type": "string", "minLength": 1}),
+            takes_path=False,
+        ),
+        ToolSpec(
+            "runValidation",
+            "L1",
+            "none",
+            "Check that a file is well formed.",
+            _schema(["path"], path=_PATH),
+        ),
+        ToolSpec(
+            "requestApproval",
+            "L1",
+            "none",
+            "Ask a person to approve a plan.",
+            _schema(["summary"], summary={"type": "string", "minLength": 1}),
+            takes_path=False,
+        ),
+        ToolSpec(
+            "publish",
+            "L2",
+            "production_change",
+            "Publish the workspace.",
+            _schema([]),
+            takes_path=False,
+            approval_required=True,
+        ),
+        ToolSpec(
+            "dangerous",
+            "L3",
+            "filesystem_write",
+            "Run a shell command, sandboxed.",
+            _schema(["command"], command={"type": "string", "minLength": 1}),
+            takes_path=False,
+            approval_required=True,
+        ),
     )
 }

@@ -1,0 +1,252 @@
+"""Running a tool call: validate, decide, execute in isolation, truncate, record (SPEC T3–T8,
+P6, R8). One service, ``tool_call_run``, used by runs and by ``manage.py call_tool``.
+
+1. The tool must be in the registry and enabled; its arguments must match its schema.
+2. Its path is resolved inside the workspace and the policy decides (nothing runs unless
+   the decision is allow; asking a person is the approvals' job).
+3. It runs in a child process under its timeout, retried with backoff only for failures
+   the tool marks retryable.
+4. A result too large for the context is truncated with a marker; the full output is kept
+   as an artifact.
+5. Every write is kept with its before and after bytes, its diff and its rollback.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from policies.core.paths import PathRefused
+from policies.core.permissions import Call, Grant, Policy, decide
+from policies.models import ToolDefinition
+from policies.paths import resolve_in_workspace
+
+from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
+from .tools.builtin import unified_diff
+from .tools.isolation import run_isolated
+
+MAX_RESULT_CHARS = 16_000
+TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
+PATH_ARGUMENTS = ("path", "source", "target")
+BACKOFF_SECONDS = 0.2
+
+
+def _schema_errors(schema: dict[str, Any], arguments: Any) -> str:
+    try:
+        validator = Draft202012Validator(schema)
+    except SchemaError as error:
+        return f"the tool's input schema is broken: {error.message}"
+    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+    return "; ".join(
+        (f"argument {'.'.join(map(str, e.path))!r}: " if e.path else "") + e.message
+        for e in problems[:5]
+    )
+
+
+def _paths(arguments: dict[str, Any], workspace: Workspace) -> list[str]:
+    """Resolve every path argument inside the workspace (raises PathRefused)."""
+    return [
+        resolve_in_workspace(workspace.root, arguments[key]).relative
+        for key in PATH_ARGUMENTS
+        if key in arguments
+    ]
+
+
+def _execute(
+    definition: ToolDefinition, workspace: Workspace, drafts: str, arguments: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    attempts = 0
+    while True:
+        attempts += 1
+        reply = run_isolated(
+            impl=definition.implementation or definition.name,
+            root=workspace.root,
+            drafts=drafts,
+            args=arguments,
+            timeout=float(definition.timeout_sec),
+        )
+        if reply.get("ok") or not reply.get("retryable") or attempts > definition.retry:
+            return reply, attempts
+        time.sleep(BACKOFF_SECONDS * 2 ** (attempts - 1))
+
+
+def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The output as the model may see it, and the full text when it had to be cut."""
+    full = json.dumps(output, ensure_ascii=False)
+    if len(full) <= MAX_RESULT_CHARS:
+        return output, None
+    shown = dict(output)
+    for key in ("content", "matches", "diff"):
+        if shown.get(key) is not None:
+            text = shown[key] if isinstance(shown[key], str) else json.dumps(shown[key])
+            shown[key] = text[: MAX_RESULT_CHARS // 2]
+    return shown, full
+
+
+def tool_call_run(
+    *,
+    workspace: Workspace,
+    tool: str,
+    arguments: Any,
+    policy: Policy,
+    run: Run | None = None,
+    user: Any = None,
+    grants: Sequence[Grant] = (),
+) -> ToolCall:
+    """Decide and (if allowed) run one tool call; the returned record says what happened."""
+    record = ToolCall(
+        workspace=workspace,
+        run=run,
+        tool=tool[:120],
+        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
+        policy_name=policy.name,
+        policy_version=policy.version,
+        requested_by=user if getattr(user, "pk", None) else None,
+    )
+
+    def refuse(reason: str, decision: str = "deny") -> ToolCall:
+        record.decision, record.reason, record.status = decision, reason, "refused"
+        record.error = reason
+        record.finished_at = timezone.now()
+        record.save()
+        return record
+
+    definition = ToolDefinition.objects.filter(name=tool, enabled=True).first()
+    if definition is None:
+        return refuse(f"There is no enabled tool named {tool!r}.")
+    if not isinstance(arguments, dict):
+        return refuse("The arguments must be a JSON object.")
+    problems = _schema_errors(definition.input_schema, arguments)
+    if problems:
+        return refuse(f"Bad input for {tool}: {problems}.")
+    try:
+        paths = _paths(arguments, workspace)
+    except PathRefused as error:
+        return refuse(str(error))
+    record.path = paths[0] if paths else ""
+    verdicts = [
+        decide(
+            policy, Call(tool, definition.permission_level, definition.side_effect, path), grants
+        )
+        for path in (paths or [None])
+    ]
+    # With two paths (a rename), the stricter verdict stands.
+    order = ["allow", "ask", "ask_strong", "deny"]
+    verdict = max(verdicts, key=lambda v: order.index(v.decision))
+    record.decision, record.rule, record.reason = (
+        verdict.decision,
+        verdict.rule or "",
+        verdict.reason,
+    )
+    record.human_only = verdict.human_only
+    if verdict.decision != "allow":
+        return refuse(f"{verdict.decision}: {verdict.reason}", verdict.decision)
+    drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
+    drafts.mkdir(parents=True, exist_ok=True)
+    reply, record.attempts = _execute(definition, workspace, str(drafts), arguments)
+    return _record(record, reply)
+
+
+def _record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
+    writes = reply.pop("writes", [])
+    record.status = "ok" if reply.get("ok") else ("timeout" if reply.get("timed_out") else "error")
+    record.error = "" if reply.get("ok") else str(reply.get("error", "failed"))
+    shown, full = _truncate(reply)
+    record.finished_at = timezone.now()
+    with transaction.atomic():
+        record.output = shown
+        record.save()
+        if full is not None:
+            artifact = Artifact.objects.create(
+                tool_call=record,
+                content=full,
+                size=len(full.encode()),
+                sha256=hashlib.sha256(full.encode()).hexdigest(),
+            )
+            marker = TRUNCATED.format(artifact=artifact.pk)
+            for key in ("content", "matches", "diff"):
+                if isinstance(shown.get(key), str):
+                    shown[key] += marker
+            shown["artifact_id"] = str(artifact.pk)
+            shown.setdefault("warnings", []).append(
+                f"The output was truncated; the full output is artifact {artifact.pk}."
+            )
+            record.output = shown
+            record.save(update_fields=["output"])
+        for order, write in enumerate(writes):
+            before = base64.b64decode(write["before"]) if write["before"] is not None else None
+            after = base64.b64decode(write["after"]) if write["after"] is not None else None
+            WriteRecord.objects.create(
+                tool_call=record,
+                order=order,
+                path=write["path"],
+                before=before,
+                after=after,
+                diff=unified_diff(before, after, write["path"]),  # describes binary content
+                rollback={"action": "restore_before", "path": write["path"]},
+            )
+    return record
+
+
+class RollbackRefused(Exception):
+    """A rollback that would destroy a later change; nothing was rolled back."""
+
+
+def tool_call_rollback(*, tool_call: ToolCall) -> list[str]:
+    """Restore the exact bytes from before the call's writes, newest write first.
+
+    Every file must still hold what the call wrote; if any changed since, nothing is
+    restored (a rollback never destroys work it did not make).
+    """
+    records = list(tool_call.writes.filter(rolled_back_at__isnull=True).order_by("-order"))
+    if not records:
+        raise RollbackRefused("This call has no writes left to roll back.")
+    workspace = tool_call.workspace
+    targets = []
+    for record in records:
+        target = resolve_in_workspace(workspace.root, record.path).absolute
+        current = target.read_bytes() if target.exists() else None
+        expected = bytes(record.after) if record.after is not None else None
+        if current != expected:
+            raise RollbackRefused(
+                f"{record.path} changed since this call wrote it; nothing was rolled back."
+            )
+        targets.append((record, target))
+    with transaction.atomic():
+        for record, target in targets:
+            if record.before is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(bytes(record.before))
+            record.rolled_back_at = timezone.now()
+            record.save(update_fields=["rolled_back_at"])
+    return [record.path for record, _ in targets]
+
+
+def tool_output(record: ToolCall) -> dict[str, Any]:
+    """The shape of SPEC T4: {ok, artifact_id, summary, path, diff, warnings} and the rest."""
+    output = {
+        "ok": record.status == "ok",
+        "artifact_id": None,
+        "summary": "",
+        "path": record.path or None,
+        "diff": None,
+        "warnings": [],
+        **{k: v for k, v in record.output.items() if k not in ("elapsed_ms",)},
+    }
+    if record.status != "ok":
+        output["ok"] = False
+        output["error"] = record.error
+    output["decision"], output["rule"] = record.decision, record.rule or None
+    output["tool_call_id"] = str(record.pk)
+    return output

@@ -1,0 +1,312 @@
+"""The built-in file tools (SPEC T3), framework-free: each takes the workspace, the run's
+drafts folder and validated arguments, and returns the output shape of T4.
+
+Writes go to drafts first (T5); only commitDraft, deleteFile and renameFile touch formal
+files, and each reports the exact bytes before and after (R8) for the caller to record.
+Every path is resolved inside the workspace at the moment of use (links followed).
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wcmatch import glob as wcglob
+
+from policies.paths import resolve_in_workspace
+
+Output = dict[str, Any]
+MAX_READ_BYTES = 2 * 1024 * 1024
+MAX_MATCHES = 2000
+
+
+class ToolFailure(Exception):
+    """A failure the model should see as a tool error; ``retryable`` for transient ones."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _text(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ToolFailure(f"{where} is not UTF-8 text (byte {error.start}).") from None
+
+
+def unified_diff(before: bytes | None, after: bytes | None, path: str) -> str:
+    """A unified diff of two versions; binary content is described, never fails."""
+    try:
+        old = before.decode("utf-8").splitlines() if before is not None else []
+        new = after.decode("utf-8").splitlines() if after is not None else []
+    except UnicodeDecodeError:
+        sizes = [("absent" if b is None else f"{len(b)} bytes") for b in (before, after)]
+        return f"Binary file {path}: {sizes[0]} before, {sizes[1]} after.\n"
+    lines = difflib.unified_diff(
+        [line + "\n" for line in old],
+        [line + "\n" for line in new],
+        f"a/{path}" if before is not None else "/dev/null",
+        f"b/{path}" if after is not None else "/dev/null",
+    )
+    return "".join(lines)
+
+
+def _draft_path(drafts: Path, relative: str) -> Path:
+    target = (drafts / relative).resolve()
+    if not target.is_relative_to(drafts.resolve()):
+        raise ToolFailure("That draft path leads outside the drafts area.")
+    return target
+
+
+def read_source(root: Path, drafts: Path, args: dict) -> Output:
+    resolved = resolve_in_workspace(root, args["path"])
+    if not resolved.absolute.is_file():
+        raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
+    with open(resolved.absolute, "rb") as handle:
+        data = handle.read(MAX_READ_BYTES + 1)
+    if len(data) > MAX_READ_BYTES:
+        raise ToolFailure(f"{resolved.relative} is over {MAX_READ_BYTES} bytes; use grep.")
+    content = _text(data, resolved.relative)
+    return {
+        "ok": True,
+        "path": resolved.relative,
+        "content": content,
+        "summary": f"Read {resolved.relative} ({len(data)} bytes).",
+    }
+
+
+def _walk_files(root: Path) -> list[str]:
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        base = os.path.relpath(dirpath, root)
+        for name in sorted(filenames):
+            found.append(name if base == "." else f"{base}/{name}".replace(os.sep, "/"))
+    return found
+
+
+def glob_files(root: Path, drafts: Path, args: dict) -> Output:
+    pattern = args["pattern"]
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ToolFailure("Glob patterns are relative to the workspace, without '..'.")
+    flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
+    matches = [p for p in _walk_files(root) if wcglob.globmatch(p, pattern, flags=flags)]
+    return {
+        "ok": True,
+        "matches": matches[:MAX_MATCHES],
+        "summary": f"{len(matches)} files match {pattern}.",
+        "warnings": [f"Only the first {MAX_MATCHES} are listed."]
+        if len(matches) > MAX_MATCHES
+        else [],
+    }
+
+
+def grep_files(root: Path, drafts: Path, args: dict) -> Output:
+    try:
+        regex = re.compile(args["pattern"])
+    except re.error as error:
+        raise ToolFailure(f"Not a valid regular expression: {error}.") from None
+    within = args.get("glob", "**")
+    flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
+    hits: list[dict[str, Any]] = []
+    for relative in _walk_files(root):
+        if not wcglob.globmatch(relative, within, flags=flags):
+            continue
+        try:
+            text = (root / relative).read_text("utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            if regex.search(line):
+                hits.append({"path": relative, "line": number, "text": line[:500]})
+                if len(hits) >= MAX_MATCHES:
+                    return {
+                        "ok": True,
+                        "matches": hits,
+                        "summary": f"{len(hits)} matches.",
+                        "warnings": [f"Stopped at {MAX_MATCHES} matches."],
+                    }
+    return {"ok": True, "matches": hits, "summary": f"{len(hits)} matches.", "warnings": []}
+
+
+def create_draft(root: Path, drafts: Path, args: dict) -> Output:
+    resolved = resolve_in_workspace(root, args["path"])
+    target = _draft_path(drafts, resolved.relative)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(args["content"], "utf-8")
+    formal = _read_bytes(resolved.absolute)
+    diff = unified_diff(formal, args["content"].encode(), resolved.relative)
+    return {
+        "ok": True,
+        "path": resolved.relative,
+        "artifact_id": f"draft:{resolved.relative}",
+        "diff": diff,
+        "summary": f"Draft of {resolved.relative} written.",
+    }
+
+
+def _apply_search_replace(text: str, search: str, replace: str, path: str) -> str:
+    count = text.count(search)
+    if count == 0:
+        raise ToolFailure(f"The search text does not occur in {path}; nothing changed.")
+    if count > 1:
+        raise ToolFailure(f"The search text occurs {count} times in {path}; make it unique.")
+    return text.replace(search, replace, 1)
+
+
+def apply_unified_patch(text: str, patch: str, path: str) -> str:
+    """Apply a unified diff exactly: every context and removed line must match."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    cursor = 0
+    hunk = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+    patch_lines = patch.splitlines(keepends=True)
+    index = 0
+    found_hunk = False
+    while index < len(patch_lines):
+        match = hunk.match(patch_lines[index])
+        index += 1
+        if not match:
+            continue
+        found_hunk = True
+        start = int(match.group(1)) - 1 if int(match.group(2) or 1) else int(match.group(1))
+        if start < cursor or start > len(lines):
+            raise ToolFailure(f"The patch does not apply to {path}: hunk at line {start + 1}.")
+        out.extend(lines[cursor:start])
+        cursor = start
+        while index < len(patch_lines) and not patch_lines[index].startswith("@@"):
+            line = patch_lines[index]
+            index += 1
+            tag, body = line[:1], line[1:]
+            if line.startswith("\\"):
+                continue
+            if tag in (" ", "-"):
+                current = lines[cursor] if cursor < len(lines) else None
+                if current is None or current.rstrip("\n") != body.rstrip("\n"):
+                    raise ToolFailure(
+                        f"The patch does not apply to {path}: line {cursor + 1} differs."
+                    )
+                cursor += 1
+                if tag == " ":
+                    out.append(current)
+            elif tag == "+":
+                out.append(body if body.endswith("\n") else body + "\n")
+    if not found_hunk:
+        raise ToolFailure("The patch has no hunk (@@ ... @@); send a unified diff.")
+    out.extend(lines[cursor:])
+    return "".join(out)
+
+
+def patch_draft(root: Path, drafts: Path, args: dict) -> Output:
+    resolved = resolve_in_workspace(root, args["path"])
+    target = _draft_path(drafts, resolved.relative)
+    base = _read_bytes(target)
+    if base is None:
+        base = _read_bytes(resolved.absolute)
+    if base is None:
+        raise ToolFailure(f"{resolved.relative} has neither a draft nor a file to patch.")
+    text = _text(base, resolved.relative)
+    if "patch" in args:
+        new = apply_unified_patch(text, args["patch"], resolved.relative)
+    elif "search" in args and "replace" in args:
+        new = _apply_search_replace(text, args["search"], args["replace"], resolved.relative)
+    else:
+        raise ToolFailure("Give either patch (a unified diff) or search and replace.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(new, "utf-8")
+    return {
+        "ok": True,
+        "path": resolved.relative,
+        "artifact_id": f"draft:{resolved.relative}",
+        "diff": unified_diff(base, new.encode(), resolved.relative),
+        "summary": f"Draft of {resolved.relative} patched.",
+    }
+
+
+def _write_record(relative: str, before: bytes | None, after: bytes | None) -> dict[str, Any]:
+    return {"path": relative, "before": _b64(before), "after": _b64(after)}
+
+
+def commit_draft(root: Path, drafts: Path, args: dict) -> Output:
+    resolved = resolve_in_workspace(root, args["path"])
+    draft = _draft_path(drafts, resolved.relative)
+    after = _read_bytes(draft)
+    if after is None:
+        raise ToolFailure(f"There is no draft of {resolved.relative} to commit.")
+    before = _read_bytes(resolved.absolute)
+    resolved.absolute.parent.mkdir(parents=True, exist_ok=True)
+    resolved.absolute.write_bytes(after)
+    draft.unlink()
+    return {
+        "ok": True,
+        "path": resolved.relative,
+        "diff": unified_diff(before, after, resolved.relative),
+        "summary": f"{resolved.relative} {'updated' if before is not None else 'created'}.",
+        "writes": [_write_record(resolved.relative, before, after)],
+    }
+
+
+def delete_file(root: Path, drafts: Path, args: dict) -> Output:
+    resolved = resolve_in_workspace(root, args["path"])
+    if not resolved.absolute.is_file():
+        raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
+    before = resolved.absolute.read_bytes()
+    resolved.absolute.unlink()
+    return {
+        "ok": True,
+        "path": resolved.relative,
+        "diff": unified_diff(before, None, resolved.relative),
+        "summary": f"{resolved.relative} deleted.",
+        "writes": [_write_record(resolved.relative, before, None)],
+    }
+
+
+def rename_file(root: Path, drafts: Path, args: dict) -> Output:
+    source = resolve_in_workspace(root, args["source"])
+    target = resolve_in_workspace(root, args["target"])
+    if not source.absolute.is_file():
+        raise ToolFailure(f"{source.relative} is not a file in the workspace.")
+    if target.absolute.exists():
+        raise ToolFailure(f"{target.relative} exists already; renaming never overwrites.")
+    data = source.absolute.read_bytes()
+    target.absolute.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(source.absolute, target.absolute)
+    return {
+        "ok": True,
+        "path": target.relative,
+        "summary": f"{source.relative} renamed to {target.relative}.",
+        "writes": [
+            _write_record(source.relative, data, None),
+            _write_record(target.relative, None, data),
+        ],
+    }
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Path, Path, dict], Output]] = {
+    "readSource": read_source,
+    "glob": glob_files,
+    "grep": grep_files,
+    "createDraft": create_draft,
+    "patchDraft": patch_draft,
+    "commitDraft": commit_draft,
+    "deleteFile": delete_file,
+    "renameFile": rename_file,
+}

@@ -1,0 +1,48 @@
+"""Tools that misbehave on purpose, run through the real isolation in the tool tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+
+def spin(root: Path, drafts: Path, args: dict) -> dict:
+    while True:  # an infinite loop
+        pass
+
+
+def ignore_term(root: Path, drafts: Path, args: dict) -> dict:
+    """Starts a grandchild that ignores SIGTERM, then ignores it too, then hangs."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    subprocess.Popen(["sh", "-c", f"trap '' TERM; exec sleep {args['marker']}"])
+    time.sleep(3600)
+    return {"ok": True}
+
+
+def leave_child(root: Path, drafts: Path, args: dict) -> dict:
+    """Returns at once but leaves a background process behind."""
+    subprocess.Popen(
+        ["sleep", str(args["marker"])],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    return {"ok": True, "summary": "left a child"}
+
+
+def flaky(root: Path, drafts: Path, args: dict) -> dict:
+    """Fails (retryably or not) until it has been called ``succeed_on`` times."""
+    counter = drafts / "flaky-count"
+    count = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(count))
+    if count < args["succeed_on"]:
+        return {"ok": False, "error": f"attempt {count} failed", "retryable": args["retryable"]}
+    return {"ok": True, "summary": f"succeeded on attempt {count}"}
+
+
+def environment(root: Path, drafts: Path, args: dict) -> dict:
+    return {"ok": True, "keys": sorted(os.environ)}
