@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint check-python browser
+.PHONY: run test install lint system-packages
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "Python 3.12 or newer is needed; found " + sys.version.split()[0] + " (see .python-version)")'
@@ -25,12 +25,17 @@ run: $(STAMP)
 	$(PY) manage.py seed_demo
 	$(PY) manage.py serve
 
-browser:
-	@command -v /usr/bin/chromium >/dev/null || { \
-	  echo "Installing Debian's chromium for the browser tests…"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+# Debian packages the tests need: chromium (browser tests) and bubblewrap (the shell sandbox).
+system-packages:
+	@missing=""; \
+	  [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	  command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "Installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi
 
-test: $(STAMP) browser
+test: $(STAMP) system-packages
 	HARNESS_VAR_DIR=$${HARNESS_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest $(PYTEST_ARGS)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .

@@ -37,6 +37,11 @@ class Workspace(models.Model):
         blank=True,
         help_text="Absolute path of the drafts area; empty means var/drafts/<slug>.",
     )
+    allow_unsandboxed_shell = models.BooleanField(
+        default=False,
+        help_text="Let the shell tool run without bubblewrap where bubblewrap is missing. "
+        "Dangerous: the command then sees the whole machine.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
@@ -33,6 +34,7 @@ from policies.paths import resolve_in_workspace
 from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
 from .tools.builtin import unified_diff
 from .tools.isolation import run_isolated
+from .tools.shell import SANDBOX_KEY
 
 MAX_RESULT_CHARS = 16_000
 TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
@@ -152,6 +154,14 @@ def tool_call_run(
         return refuse(f"{verdict.decision}: {verdict.reason}", verdict.decision)
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
+    if tool == "dangerous":  # the sandbox's settings come from the console, not the model
+        arguments = {
+            **arguments,
+            SANDBOX_KEY: {
+                "hide": sorted({str(settings.VAR_DIR), str(settings.BASE_DIR)}),
+                "allow_unsandboxed": workspace.allow_unsandboxed_shell,
+            },
+        }
     reply, record.attempts = _execute(definition, workspace, str(drafts), arguments)
     return _record(record, reply)
 

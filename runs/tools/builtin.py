@@ -300,7 +300,14 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
     }
 
 
+def _shell(root: Path, drafts: Path, args: dict) -> Output:
+    from .shell import run_shell
+
+    return run_shell(root, drafts, args)
+
+
 IMPLEMENTATIONS: dict[str, Callable[[Path, Path, dict], Output]] = {
+    "dangerous": _shell,
     "readSource": read_source,
     "glob": glob_files,
     "grep": grep_files,
