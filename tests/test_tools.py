@@ -345,3 +345,32 @@ def test_the_tool_registry_offers_only_implemented_tools():
 
     assert enabled == set(IMPLEMENTATIONS)
     assert ToolDefinition.objects.filter(name="publish", enabled=False).exists()
+
+
+def test_the_model_gets_definitions_only_of_tools_the_policy_could_allow():
+    from runs.tool_registry import tool_definitions_for
+
+    names = [d["name"] for d in tool_definitions_for(DEFAULT_POLICY)]
+    assert names == sorted(
+        [
+            "commitDraft",
+            "createDraft",
+            "dangerous",
+            "deleteFile",
+            "glob",
+            "grep",
+            "patchDraft",
+            "readSource",
+            "renameFile",
+            "requestApproval",
+            "runValidation",
+        ]
+    )
+    readonly = Policy(
+        "readonly",
+        "L1",
+        (Rule("read", "{readSource,grep}", "allow"), Rule("no-grep", "grep", "deny")),
+    )
+    definitions = tool_definitions_for(readonly)
+    assert [d["name"] for d in definitions] == ["readSource"]  # L1, named, not denied outright
+    assert set(definitions[0]) == {"name", "description", "input_schema"}

@@ -204,3 +204,15 @@ def decide(policy: Policy, call: Call, grants: Sequence[Grant] = ()) -> Verdict:
                 _call=call,
             )
     return Verdict(decision, human_only, rule.id, reason, _policy=policy, _call=call)
+
+
+def tool_may_be_used(policy: Policy, tool: str, level: Level) -> bool:
+    """Whether any call of ``tool`` could be anything but denied: its level is within the
+    ceiling, no path-less deny names it, and some rule names it at all (SPEC T1: only such
+    tools' definitions are sent to the model)."""
+    if LEVELS.index(level) > LEVELS.index(policy.ceiling):
+        return False
+    naming = [rule for rule in policy.rules if rule.matches_tool(tool)]
+    if any(rule.decision == "deny" and not rule.path for rule in naming):
+        return False
+    return any(rule.decision != "deny" for rule in naming)

@@ -306,8 +306,22 @@ def _shell(root: Path, drafts: Path, args: dict) -> Output:
     return run_shell(root, drafts, args)
 
 
+def _validation(root: Path, drafts: Path, args: dict) -> Output:
+    from .validation import run_validation
+
+    return run_validation(root, drafts, args)
+
+
+def _approval(root: Path, drafts: Path, args: dict) -> Output:
+    from .validation import request_approval
+
+    return request_approval(root, drafts, args)
+
+
 IMPLEMENTATIONS: dict[str, Callable[[Path, Path, dict], Output]] = {
     "dangerous": _shell,
+    "runValidation": _validation,
+    "requestApproval": _approval,
     "readSource": read_source,
     "glob": glob_files,
     "grep": grep_files,

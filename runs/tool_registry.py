@@ -1,0 +1,18 @@
+"""What the model is told about tools (SPEC T1): definitions only, never implementations,
+and only of the enabled tools the agent's policy could let it use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.core.permissions import Policy, tool_may_be_used
+from policies.models import ToolDefinition
+
+
+def tool_definitions_for(policy: Policy) -> list[dict[str, Any]]:
+    """In the Anthropic Messages API's shape: name, description, input_schema."""
+    return [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        for tool in ToolDefinition.objects.filter(enabled=True).order_by("name")
+        if tool_may_be_used(policy, tool.name, tool.permission_level)
+    ]
