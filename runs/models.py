@@ -298,3 +298,26 @@ class WriteRecord(models.Model):
 
     def __str__(self) -> str:
         return f"write {self.path}"
+
+
+class SessionGrant(models.Model):
+    """An approver's "remember for this run" (SPEC P4): the same tool on paths matching the
+    pattern is allowed without asking again, until the run ends or someone revokes it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="grants")
+    tool = models.CharField(max_length=120)
+    path = models.CharField(max_length=500, blank=True)
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["run", "created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} on {self.path or '*'}"

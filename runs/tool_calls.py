@@ -102,9 +102,16 @@ def tool_call_run(
     policy: Policy,
     run: Run | None = None,
     user: Any = None,
-    grants: Sequence[Grant] = (),
+    grants: Sequence[Grant] | None = None,
 ) -> ToolCall:
-    """Decide and (if allowed) run one tool call; the returned record says what happened."""
+    """Decide and (if allowed) run one tool call; the returned record says what happened.
+
+    Within a run, the run's active grants apply unless others are given.
+    """
+    if grants is None:
+        from .grants import grants_for_run
+
+        grants = grants_for_run(run) if run is not None else ()
     record = ToolCall(
         workspace=workspace,
         run=run,

@@ -9,4 +9,7 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
     path("<str:run_id>/", views.run_detail, name="detail"),
+    path(
+        "<str:run_id>/grants/<int:grant_id>/revoke/", views.grant_revoke_view, name="grant_revoke"
+    ),
 ]

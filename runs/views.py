@@ -7,11 +7,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from .core import status as run_status
 from .forms import RunForm
-from .models import Run
+from .grants import grant_revoke
+from .models import Run, SessionGrant
 from .selectors import run_get_for_user
 from .services import run_create
 
@@ -76,6 +78,8 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
             "events": events,
             "last_seq": events[-1].seq if events else 0,
             "omitted": max(0, (events[0].seq - 1) if events else 0),
+            "grants": run.grants.select_related("granted_by", "revoked_by"),
+            "can_decide": request.user.has_perm("runs.decide_approval"),
         },
     )
 
@@ -88,3 +92,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     counts = dict(Run.objects.values_list("status").annotate(n=Count("pk")).order_by())
     rows = [(s, counts.get(s, 0)) for s in run_status.STATUSES]
     return render(request, "dashboards/index.html", {"rows": rows, "total": sum(counts.values())})
+
+
+@login_required
+@require_POST
+def grant_revoke_view(request: HttpRequest, run_id: str, grant_id: int) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    grant = get_object_or_404(SessionGrant, pk=grant_id, run=run)
+    grant_revoke(grant=grant, user=request.user)
+    return redirect("runs:detail", run_id=run.pk)

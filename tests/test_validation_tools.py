@@ -11,8 +11,9 @@ pytestmark = pytest.mark.django_db
 
 
 def validate(workspace, path):
-    return tool_call_run(workspace=workspace, tool="runValidation", arguments={"path": path},
-                         policy=DEFAULT_POLICY)
+    return tool_call_run(
+        workspace=workspace, tool="runValidation", arguments={"path": path}, policy=DEFAULT_POLICY
+    )
 
 
 @pytest.mark.parametrize(
@@ -36,8 +37,9 @@ def test_well_formed_files_and_good_links_pass(workspace):
     root = workspace.root_path
     (root / "docs").mkdir()
     (root / "docs" / "setup.md").write_text("# Setup\n")
-    (root / "a.md").write_text("# T\n\n[setup](docs/setup.md#install) [web](https://x.org) "
-                               "[top](#t)\n\n```\ncode\n```\n")
+    (root / "a.md").write_text(
+        "# T\n\n[setup](docs/setup.md#install) [web](https://x.org) [top](#t)\n\n```\ncode\n```\n"
+    )
     (root / "a.json").write_text('{"a": [1, 2]}')
     (root / "a.yml").write_text("a: 1\n---\nb: 2\n")
     for name in ("a.md", "a.json", "a.yml"):
@@ -47,8 +49,12 @@ def test_well_formed_files_and_good_links_pass(workspace):
 
 def test_the_draft_is_validated_when_there_is_one(workspace):
     (workspace.root_path / "a.json").write_text("{}")
-    tool_call_run(workspace=workspace, tool="createDraft",
-                  arguments={"path": "a.json", "content": "{broken"}, policy=DEFAULT_POLICY)
+    tool_call_run(
+        workspace=workspace,
+        tool="createDraft",
+        arguments={"path": "a.json", "content": "{broken"},
+        policy=DEFAULT_POLICY,
+    )
     record = validate(workspace, "a.json")
     assert record.output["valid"] is False and record.output["summary"].startswith("The draft")
 
@@ -60,8 +66,11 @@ def test_an_unknown_file_kind_is_a_clear_tool_error(workspace):
 
 
 def test_request_approval_records_an_ask(workspace):
-    record = tool_call_run(workspace=workspace, tool="requestApproval",
-                           arguments={"summary": "Rewrite the install guide"},
-                           policy=DEFAULT_POLICY)
+    record = tool_call_run(
+        workspace=workspace,
+        tool="requestApproval",
+        arguments={"summary": "Rewrite the install guide"},
+        policy=DEFAULT_POLICY,
+    )
     assert record.status == "ok" and record.output["decision"] == "ask"
     assert record.output["summary"] == "Approval requested: Rewrite the install guide"
