@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.forms.formsets import all_valid
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404
@@ -20,7 +21,8 @@ from runs.models import Agent
 
 from .core.layers import DEFAULT_LAYERS
 from .core.paths import PathRefused
-from .core.permissions import PolicyError
+from .core.permissions import Policy as CorePolicy
+from .core.permissions import PolicyError, Rule
 from .core.tool_specs import BUILTIN_TOOLS
 from .models import (
     BusinessRule,
@@ -43,6 +45,7 @@ from .services import (
     instruction_update,
     instructions_current,
 )
+from .simulation import policy_edit_effect
 
 
 class LayerConfigFormSet(BaseInlineFormSet):
@@ -304,6 +307,7 @@ class PolicyTestForm(forms.Form):
 
 @admin.register(Policy)
 class PolicyAdmin(admin.ModelAdmin):
+    change_form_template = "admin/policies/policy_change_form.html"
     list_display = ("name", "ceiling", "version", "updated_at", "test_link")
     readonly_fields = ("version", "test_link")
     fields = ("name", "description", "ceiling", "version", "test_link")
@@ -322,6 +326,55 @@ class PolicyAdmin(admin.ModelAdmin):
         super().save_related(request, form, formsets, change)
         if change and (form.has_changed() or any(f.has_changed() for f in formsets)):
             policy_bump_version(policy=form.instance)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: Any = None,
+        form_url: str = "",
+        extra_context: Any = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and "_simulate" in request.POST and object_id:
+            return self.simulate_view(request, object_id)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def simulate_view(self, request: HttpRequest, object_id: Any) -> HttpResponse:
+        """The edit in the form, decided against recent calls, and nothing saved."""
+        row = self.get_object(request, object_id)
+        if row is None or not self.has_change_permission(request, row):
+            raise PermissionDenied("Your role may not edit policies.")
+        current = policy_from_row(row)
+        form = self.get_form(request, row, change=True)(request.POST, instance=row)
+        formsets, _ = self._create_formsets(request, row, change=True)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"What this edit of {current.name} would change",
+            "policy": row,
+        }
+        if form.is_valid() and all_valid(formsets):
+            rows = sorted(
+                (
+                    f.cleaned_data
+                    for f in formsets[0].forms
+                    if f.cleaned_data and not f.cleaned_data.get("DELETE")
+                ),
+                key=lambda data: data["order"],
+            )
+            edited = CorePolicy(
+                current.name,
+                form.cleaned_data["ceiling"],
+                tuple(
+                    Rule(d["key"], d["tool"], d["decision"], d.get("path", ""), d.get("reason", ""))
+                    for d in rows
+                ),
+            )
+            context["looked"], context["changed"] = policy_edit_effect(
+                current=current, edited=edited
+            )
+        else:
+            context["error"] = "The edit has errors; go back to the form and fix them first."
+        return TemplateResponse(request, "admin/policies/policy_simulation.html", context)
 
     def get_urls(self) -> list:
         wrap = self.admin_site.admin_view

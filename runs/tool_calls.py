@@ -122,7 +122,7 @@ def tool_call_run(
         requested_by=user if getattr(user, "pk", None) else None,
     )
 
-    def refuse(reason: str, decision: str = "deny") -> ToolCall:
+    def refuse(reason: str, decision: str = "") -> ToolCall:  # "": refused before deciding
         record.decision, record.reason, record.status = decision, reason, "refused"
         record.error = reason
         record.finished_at = timezone.now()

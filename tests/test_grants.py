@@ -16,10 +16,20 @@ pytestmark = pytest.mark.django_db
 
 
 def commit(run, path):
-    tool_call_run(workspace=run.workspace, tool="createDraft", run=run,
-                  arguments={"path": path, "content": "new"}, policy=DEFAULT_POLICY)
-    return tool_call_run(workspace=run.workspace, tool="commitDraft", run=run,
-                         arguments={"path": path}, policy=DEFAULT_POLICY)
+    tool_call_run(
+        workspace=run.workspace,
+        tool="createDraft",
+        run=run,
+        arguments={"path": path, "content": "new"},
+        policy=DEFAULT_POLICY,
+    )
+    return tool_call_run(
+        workspace=run.workspace,
+        tool="commitDraft",
+        run=run,
+        arguments={"path": path},
+        policy=DEFAULT_POLICY,
+    )
 
 
 def test_a_grant_lets_later_calls_of_the_run_through_and_revoking_stops_it(run, personas):
@@ -46,8 +56,9 @@ def test_a_requester_cannot_grant_their_own_run(run, personas):
         grant_create(run=run, tool="commitDraft", path="docs/**", user=personas.operator)
 
 
-@pytest.mark.parametrize(("tool", "path"), [(" ", "docs/**"), ("commitDraft", "/etc/**"),
-                                            ("commitDraft", "../x.md")])
+@pytest.mark.parametrize(
+    ("tool", "path"), [(" ", "docs/**"), ("commitDraft", "/etc/**"), ("commitDraft", "../x.md")]
+)
 def test_a_malformed_grant_is_refused(run, personas, tool, path):
     with pytest.raises(PolicyError, match="Cannot remember this"):
         grant_create(run=run, tool=tool, path=path, user=personas.approver)

@@ -191,3 +191,66 @@ def test_only_admins_open_the_explainer(client, personas, who):
     policy = Policy.objects.get(name="default")
     response = client.get(reverse("admin:policies_policy_test", args=[policy.pk]))
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_effect_of_an_edit_is_shown_before_saving(admin_client, workspace):
+    from policies.core.permissions import Policy as CorePolicy
+    from policies.core.permissions import Rule as CoreRule
+    from runs.tool_calls import tool_call_run
+
+    policy = Policy.objects.create(name="team", ceiling="L3")
+    PolicyRule.objects.create(
+        policy=policy, order=10, key="read", tool="readSource", decision="allow"
+    )
+    PolicyRule.objects.create(
+        policy=policy, order=20, key="drafts", tool="createDraft", decision="allow"
+    )
+    (workspace.root_path / "a.md").write_text("x")
+    saved = policy_load("team")
+    reads = [
+        tool_call_run(workspace=workspace, tool="readSource", arguments={"path": p}, policy=saved)
+        for p in ("a.md", "missing.md")
+    ]
+    tool_call_run(
+        workspace=workspace,
+        tool="createDraft",
+        arguments={"path": "a.md", "content": "y"},
+        policy=saved,
+    )
+    tool_call_run(
+        workspace=workspace, tool="readSource", arguments={"path": "../x"}, policy=saved
+    )  # refused before deciding: not part of the comparison
+    data = rule_form(
+        policy, [(10, "read", "readSource", "", "ask"), (20, "drafts", "createDraft", "", "allow")]
+    )
+    data["rules-INITIAL_FORMS"] = 2  # an edit of the two saved rules
+    for i, key in enumerate(["read", "drafts"]):
+        data[f"rules-{i}-id"] = policy.rules.get(key=key).pk
+        data[f"rules-{i}-policy"] = policy.pk
+    data["_simulate"] = "1"
+    html = admin_client.post(
+        reverse("admin:policies_policy_change", args=[policy.pk]), data
+    ).content.decode()
+    assert "Nothing was saved." in html
+    assert (
+        "Of the last 3 recorded calls under team, this edit changes the decision of "
+        "<strong>2</strong>." in html
+    )
+    assert all(f'data-call="{r.pk}"' in html for r in reads)
+    policy.refresh_from_db()
+    assert policy.version == 1 and policy.rules.get(key="read").decision == "allow"
+    assert policy_load("team") == CorePolicy(
+        "team",
+        "L3",
+        (CoreRule("read", "readSource", "allow"), CoreRule("drafts", "createDraft", "allow")),
+    )
+
+
+def test_a_broken_edit_is_not_simulated(admin_client):
+    policy = Policy.objects.create(name="team", ceiling="L3")
+    data = rule_form(policy, [(10, "bad", "*", "", "perhaps")])
+    data["_simulate"] = "1"
+    html = admin_client.post(
+        reverse("admin:policies_policy_change", args=[policy.pk]), data
+    ).content.decode()
+    assert "The edit has errors" in html
