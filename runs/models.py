@@ -321,3 +321,26 @@ class SessionGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} on {self.path or '*'}"
+
+
+class DocIndexEntry(models.Model):
+    """One document of a workspace in the search index behind searchDocs (SPEC T3).
+
+    The full-text index itself is SQLite FTS5 (table ``runs_doc_fts``) or a PostgreSQL GIN
+    index over a weighted tsvector, created by the migration for the database in use.
+    """
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="docs")
+    path = models.CharField(max_length=1024)
+    title = models.CharField(max_length=300, blank=True)
+    content = models.TextField()
+    mtime_ns = models.BigIntegerField()
+    size = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "path"], name="doc_unique_path")
+        ]
+
+    def __str__(self) -> str:
+        return self.path

@@ -31,6 +31,7 @@ from policies.core.permissions import Call, Grant, Policy, decide
 from policies.models import ToolDefinition
 from policies.paths import resolve_in_workspace
 
+from .doc_search import search_docs
 from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
 from .tools.builtin import unified_diff
 from .tools.isolation import run_isolated
@@ -79,6 +80,21 @@ def _execute(
         if reply.get("ok") or not reply.get("retryable") or attempts > definition.retry:
             return reply, attempts
         time.sleep(BACKOFF_SECONDS * 2 ** (attempts - 1))
+
+
+def _search_docs(
+    workspace: Workspace, arguments: dict[str, Any], policy: Policy, grants: Sequence[Grant]
+) -> dict[str, Any]:
+    """Runs in the console's process: it reads the database's index, bounded by its limit."""
+
+    def readable(path: str) -> bool:
+        call = Call("readSource", "L1", "none", path)
+        return decide(policy, call, grants).decision != "deny"
+
+    return search_docs(workspace, arguments["query"], readable=readable)
+
+
+IN_PROCESS = {"searchDocs": _search_docs}
 
 
 def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -169,7 +185,10 @@ def tool_call_run(
                 "allow_unsandboxed": workspace.allow_unsandboxed_shell,
             },
         }
-    reply, record.attempts = _execute(definition, workspace, str(drafts), arguments)
+    if tool in IN_PROCESS:
+        reply, record.attempts = IN_PROCESS[tool](workspace, arguments, policy, grants), 1
+    else:
+        reply, record.attempts = _execute(definition, workspace, str(drafts), arguments)
     return _record(record, reply)
 
 

@@ -1,0 +1,82 @@
+"""searchDocs (SPEC T3): ranked full-text search through a real index, kept current."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from policies.core.default_policy import DEFAULT_POLICY
+from runs.doc_search import doc_index_refresh
+from runs.models import DocIndexEntry
+from runs.tool_calls import tool_call_run
+
+pytestmark = pytest.mark.django_db
+
+
+def search(workspace, query):
+    record = tool_call_run(
+        workspace=workspace, tool="searchDocs", arguments={"query": query}, policy=DEFAULT_POLICY
+    )
+    assert record.status == "ok", record.error
+    return record.output["results"]
+
+
+@pytest.fixture
+def docs(workspace):
+    root = workspace.root_path
+    (root / "docs").mkdir()
+    (root / "docs" / "install.md").write_text(
+        "# Installing\n\nInstall the service with pip. Then configure the port.\n"
+    )
+    (root / "docs" / "port.md").write_text(
+        "# Port configuration\n\nThe port is 8080. Change the port in the port setting.\n"
+    )
+    (root / "docs" / "other.md").write_text("# Logging\n\nLogs go to stderr.\n")
+    (root / ".env.md").write_text("# secrets\n\nport password hunter2\n")
+    (root / "notes.bin").write_bytes(b"port " * 10)
+    return workspace
+
+
+def test_results_are_ranked_and_come_with_a_snippet(docs):
+    results = search(docs, "port configuration")
+    assert [r["path"] for r in results][:2] == ["docs/port.md", "docs/install.md"]
+    assert results[0]["title"] == "Port configuration"
+    assert "[port]" in results[0]["snippet"].lower() or "[Port]" in results[0]["snippet"]
+    assert results[0]["score"] > results[1]["score"]
+
+
+def test_any_word_is_tried_when_no_document_has_all(docs):
+    assert [r["path"] for r in search(docs, "logs zebra")] == ["docs/other.md"]
+
+
+def test_the_index_follows_edits_and_deletions_on_disk(docs):
+    search(docs, "logging")
+    (docs.root_path / "docs" / "other.md").write_text("# Tracing\n\nSpans go to the collector.\n")
+    (docs.root_path / "docs" / "install.md").unlink()
+    assert search(docs, "logging") == []
+    assert [r["path"] for r in search(docs, "collector")] == ["docs/other.md"]
+    assert search(docs, "pip") == []
+    assert not DocIndexEntry.objects.filter(path="docs/install.md").exists()
+
+
+def test_nothing_is_indexed_twice_and_an_unchanged_tree_changes_nothing(docs):
+    assert doc_index_refresh(docs) == 5  # AGENTS.md and the four documents; not the binary
+    assert doc_index_refresh(docs) == 0
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM runs_doc_fts")
+            assert cursor.fetchone()[0] == 5
+
+
+def test_a_document_the_policy_denies_is_never_returned(docs):
+    assert "password" not in str(search(docs, "password hunter2"))
+
+
+@pytest.mark.parametrize("query", ['"unclosed', "port AND OR NOT", "*", "col:umn", "'; DROP"])
+def test_query_syntax_never_breaks_the_search(docs, query):
+    record = tool_call_run(
+        workspace=docs, tool="searchDocs", arguments={"query": query}, policy=DEFAULT_POLICY
+    )
+    assert record.status in ("ok", "error")
+    if record.status == "error":
+        assert record.error == "The query has no words to search for."
