@@ -28,6 +28,7 @@ from .models import (
     BusinessRule,
     InstructionVersion,
     LayerConfig,
+    McpServer,
     Policy,
     PolicyRule,
     ToolDefinition,
@@ -431,3 +432,28 @@ class ToolDefinitionAdmin(admin.ModelAdmin):
     )
     list_filter = ("source", "enabled", "permission_level", "side_effect")
     search_fields = ("name", "description")
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    """The MCP whitelist (SPEC T12). "Refresh tools" asks the server for its tools and puts
+    them in the registry; only the allowed ones can ever be called."""
+
+    list_display = ("name", "command", "permission_level", "rate_limit_per_minute", "enabled")
+    actions = ["refresh_tools"]
+
+    @admin.action(description="Refresh the tools of the selected servers")
+    def refresh_tools(self, request: HttpRequest, queryset: Any) -> None:
+        from runs.mcp_client import mcp_discover
+
+        for server in queryset:
+            try:
+                names = mcp_discover(server)
+            except Exception as error:  # the server would not start or answer: say so
+                self.message_user(
+                    request,
+                    f"{server.name}: could not list its tools ({type(error).__name__}: {error}).",
+                    messages.ERROR,
+                )
+            else:
+                self.message_user(request, f"{server.name}: {len(names)} tools in the registry.")

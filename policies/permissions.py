@@ -15,6 +15,7 @@ from .core.paths import normalize_relative
 from .core.permissions import Call, Grant, Policy, PolicyError, Verdict, decide
 from .core.tool_specs import BUILTIN_TOOLS
 from .models import Policy as PolicyRow
+from .models import ToolDefinition
 from .paths import resolve_in_workspace
 
 PATH_ARGUMENTS = ("path", "source", "target")
@@ -71,11 +72,14 @@ def permission_check(
 
     A path that escapes is refused before any rule is matched (PathRefused propagates).
     """
+    registered = ToolDefinition.objects.filter(name=tool).first()
     spec = BUILTIN_TOOLS.get(tool)
-    if spec is None:
+    if registered is None and spec is None:
         raise PolicyError(
             f"Unknown tool {tool!r}; built-in tools are {', '.join(sorted(BUILTIN_TOOLS))}."
         )
+    level = registered.permission_level if registered else spec.level
+    side_effect = registered.side_effect if registered else spec.side_effect
     raw = path
     if raw is None and arguments:
         raw = next((arguments[k] for k in PATH_ARGUMENTS if k in arguments), None)
@@ -86,7 +90,7 @@ def permission_check(
             if workspace_root
             else normalize_relative(raw)
         )
-    return decide(policy, Call(tool, spec.level, spec.side_effect, resolved), grants)
+    return decide(policy, Call(tool, level, side_effect, resolved), grants)
 
 
 def verdict_report(verdict: Verdict) -> dict[str, Any]:

@@ -97,6 +97,36 @@ def _search_docs(
 IN_PROCESS = {"searchDocs": _search_docs}
 
 
+def _run_mcp(
+    record: ToolCall,
+    definition: ToolDefinition,
+    workspace: Workspace,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Sequence[Grant],
+    refuse: Any,
+) -> ToolCall:
+    """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
+    the external call's request id is kept with the output)."""
+    from .mcp_client import mcp_run
+
+    facts, reply = mcp_run(
+        definition=definition,
+        workspace=workspace,
+        arguments=arguments,
+        policy=policy,
+        grants=grants,
+        now=timezone.now(),
+    )
+    record.decision, record.rule, record.reason = facts["decision"], facts["rule"], facts["reason"]
+    record.human_only, record.path = facts["human_only"], facts["path"]
+    if "refused" in facts:
+        record.decision = record.decision if facts["refused"].startswith("approval") else "deny"
+        return refuse(facts["refused"], record.decision)
+    record.attempts = 1
+    return _record(record, reply)
+
+
 def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The output as the model may see it, and the full text when it had to be cut."""
     full = json.dumps(output, ensure_ascii=False)
@@ -153,6 +183,8 @@ def tool_call_run(
     problems = _schema_errors(definition.input_schema, arguments)
     if problems:
         return refuse(f"Bad input for {tool}: {problems}.")
+    if definition.source == "mcp":
+        return _run_mcp(record, definition, workspace, arguments, policy, grants, refuse)
     try:
         paths = _paths(arguments, workspace)
     except PathRefused as error:

@@ -1,0 +1,167 @@
+"""MCP servers reached with the official ``mcp`` SDK over stdio (SPEC T12).
+
+Their tools enter the same registry as the built-in ones (``mcp:<server>:<tool>``) and
+every call passes the six checks of ``policies.core.mcp_checks`` before the server hears
+of it. A server is started per call, in the workspace, with a scrubbed environment, and
+stopped at the call's timeout.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+import anyio
+from django.core.cache import cache
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from policies.core.mcp_checks import check_mcp_call, path_arguments
+from policies.core.paths import PathRefused, normalize_relative
+from policies.core.permissions import Call, Grant, Policy, decide
+from policies.core.tool_specs import MAX_DESCRIPTION
+from policies.models import McpServer, ToolDefinition
+
+from .tools.isolation import scrubbed_env
+
+PREFIX = "mcp"
+
+
+def registry_name(server: str, tool: str) -> str:
+    return f"{PREFIX}:{server}:{tool}"
+
+
+def split_name(name: str) -> tuple[str, str]:
+    _, server, tool = name.split(":", 2)
+    return server, tool
+
+
+def _parameters(server: McpServer, cwd: str | None) -> StdioServerParameters:
+    env = scrubbed_env()
+    env.pop("PYTHONPATH", None)
+    return StdioServerParameters(command=server.command, args=list(server.args), env=env, cwd=cwd)
+
+
+async def _list_tools(server: McpServer) -> list[Any]:
+    with anyio.fail_after(server.timeout_sec):
+        async with (
+            stdio_client(_parameters(server, None)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return list((await session.list_tools()).tools)
+
+
+def mcp_discover(server: McpServer) -> list[str]:
+    """Put the server's tools in the registry; tools it no longer offers are disabled."""
+    tools = anyio.run(_list_tools, server)
+    names = []
+    for tool in tools:
+        name = registry_name(server.name, tool.name)
+        description = (tool.description or tool.name).strip()
+        if len(description) > MAX_DESCRIPTION:
+            description = description[: MAX_DESCRIPTION - 1] + "…"
+        ToolDefinition.objects.update_or_create(
+            name=name,
+            defaults={
+                "description": description,
+                "input_schema": tool.input_schema,
+                "permission_level": server.permission_level,
+                "side_effect": "external_api",
+                "timeout_sec": server.timeout_sec,
+                "source": "mcp",
+                "enabled": True,
+            },
+        )
+        names.append(name)
+    ToolDefinition.objects.filter(name__startswith=f"{PREFIX}:{server.name}:").exclude(
+        name__in=names
+    ).update(enabled=False)
+    return names
+
+
+async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
+    with anyio.fail_after(server.timeout_sec):
+        async with (
+            stdio_client(_parameters(server, cwd)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return await session.call_tool(tool, arguments)
+
+
+def _count_this_minute(server: McpServer, now: datetime) -> int:
+    """Shared by every process through the cache, per server name and minute."""
+    key = f"mcp-rate:{server.name}:{math.floor(now.timestamp() / 60)}"
+    cache.add(key, 0, timeout=120)
+    return cache.incr(key) - 1  # the calls before this one
+
+
+def mcp_run(
+    *,
+    definition: ToolDefinition,
+    workspace: Any,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Any,
+    now: datetime,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(decision facts, reply): the six checks, then the call; a refusal is a reply too."""
+    server_name, tool = split_name(definition.name)
+    server = McpServer.objects.filter(name=server_name).first()
+    paths = path_arguments(arguments)
+    try:
+        first = normalize_relative(paths[0]) if paths else None
+    except PathRefused:
+        first = None  # check 3 refuses it, with the reason
+    verdict = decide(
+        policy,
+        Call(definition.name, definition.permission_level, definition.side_effect, first),
+        list(grants or ()),
+    )
+    facts = {
+        "decision": verdict.decision,
+        "rule": verdict.rule or "",
+        "reason": verdict.reason,
+        "human_only": verdict.human_only,
+        "path": first or "",
+    }
+    refusal = check_mcp_call(
+        server.as_config() if server else None,
+        tool,
+        arguments,
+        decision=verdict.decision,
+        decision_reason=verdict.reason,
+        calls_this_minute=lambda: _count_this_minute(server, now),
+        now=now,
+        server_name=server_name,
+    )
+    if refusal is not None:
+        facts["refused"] = f"{refusal.check}: {refusal.reason}"
+        return facts, {}
+    try:
+        result = anyio.run(_call, server, tool, arguments, str(workspace.root))
+    except TimeoutError:
+        return facts, {
+            "ok": False,
+            "timed_out": True,
+            "error": f"Timed out after {server.timeout_sec} s; the server was stopped.",
+        }
+    except Exception as error:  # the server crashed or spoke nonsense: a tool error
+        return facts, {
+            "ok": False,
+            "error": f"The MCP server failed: {type(error).__name__}: {error}",
+        }
+    text = "\n".join(getattr(item, "text", "") for item in result.content)
+    if result.is_error:
+        return facts, {"ok": False, "error": text or "The MCP tool reported an error."}
+    return facts, {
+        "ok": True,
+        "content": text,
+        "summary": f"{tool} on {server_name} answered.",
+        "request_id": f"{server_name}:{tool}:{now.timestamp():.6f}",
+    }
+
+
+__all__ = ["Grant", "mcp_discover", "mcp_run", "registry_name"]
