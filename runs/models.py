@@ -37,6 +37,11 @@ class Workspace(models.Model):
         blank=True,
         help_text="Absolute path of the drafts area; empty means var/drafts/<slug>.",
     )
+    publish_root = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="Absolute path publish copies the workspace to; empty: publishing is off.",
+    )
     allow_unsandboxed_shell = models.BooleanField(
         default=False,
         help_text="Let the shell tool run without bubblewrap where bubblewrap is missing. "

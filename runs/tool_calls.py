@@ -33,7 +33,7 @@ from policies.paths import resolve_in_workspace
 
 from .doc_search import search_docs
 from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
-from .tools.builtin import unified_diff
+from .tools.builtin import PUBLISH_KEY, unified_diff
 from .tools.isolation import run_isolated
 from .tools.shell import SANDBOX_KEY
 
@@ -217,6 +217,8 @@ def tool_call_run(
                 "allow_unsandboxed": workspace.allow_unsandboxed_shell,
             },
         }
+    if tool == "publish":
+        arguments = {**arguments, PUBLISH_KEY: {"root": workspace.publish_root}}
     if tool in IN_PROCESS:
         reply, record.attempts = IN_PROCESS[tool](workspace, arguments, policy, grants), 1
     else:

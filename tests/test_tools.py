@@ -238,7 +238,7 @@ def test_a_rollback_that_would_destroy_a_later_change_is_refused(workspace):
         ("readSource", {"path": "../../etc/passwd"}, "Paths with .. are refused"),
         ("renameFile", {"source": "a.md", "target": "/tmp/x"}, "Absolute and home paths"),
         ("rm", {"path": "a.md"}, "no enabled tool named 'rm'"),
-        ("publish", {}, "no enabled tool named 'publish'"),
+        ("wipeAll", {}, "no enabled tool named 'wipeAll'"),
     ],
 )
 def test_bad_input_is_refused_before_anything_runs(workspace, tool, arguments, message):
@@ -339,13 +339,13 @@ def test_an_admin_rolls_back_a_call_from_the_admin(client, personas, workspace):
     assert (workspace.root_path / "a.md").read_text() == "v1"
 
 
-def test_the_tool_registry_offers_only_implemented_tools():
+def test_the_tool_registry_holds_every_built_in_tool_and_each_one_runs():
     enabled = set(ToolDefinition.objects.filter(enabled=True).values_list("name", flat=True))
     from runs.tool_calls import IN_PROCESS
     from runs.tools.builtin import IMPLEMENTATIONS
 
     assert enabled == set(IMPLEMENTATIONS) | set(IN_PROCESS)
-    assert ToolDefinition.objects.filter(name="publish", enabled=False).exists()
+    assert not ToolDefinition.objects.filter(source="builtin", enabled=False).exists()
 
 
 def test_the_model_gets_definitions_only_of_tools_the_policy_could_allow():
@@ -361,6 +361,7 @@ def test_the_model_gets_definitions_only_of_tools_the_policy_could_allow():
             "glob",
             "grep",
             "patchDraft",
+            "publish",
             "readSource",
             "renameFile",
             "requestApproval",
@@ -376,3 +377,36 @@ def test_the_model_gets_definitions_only_of_tools_the_policy_could_allow():
     definitions = tool_definitions_for(readonly)
     assert [d["name"] for d in definitions] == ["readSource"]  # L1, named, not denied outright
     assert set(definitions[0]) == {"name", "description", "input_schema"}
+
+
+def test_publish_always_needs_a_person_even_under_a_policy_that_allows_everything(workspace):
+    record = call(workspace, "publish")
+    assert (record.status, record.decision, record.human_only) == ("refused", "ask", True)
+    assert "a production change always needs a person" in record.reason
+
+
+def test_publish_copies_the_workspace_when_a_person_let_it_run(workspace, tmp_path):
+    from runs.tools.builtin import PUBLISH_KEY
+
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "a.md").write_text("published")
+    (workspace.root_path / ".git").mkdir()
+    (workspace.root_path / ".git" / "config").write_text("x")
+    target = tmp_path / "site"
+    reply = run_isolated(
+        impl="publish",
+        root=str(workspace.root),
+        drafts=str(tmp_path),
+        args={PUBLISH_KEY: {"root": str(target)}},
+        timeout=10,
+    )
+    assert reply["ok"] and (target / "docs" / "a.md").read_text() == "published"
+    assert not (target / ".git").exists()
+    nowhere = run_isolated(
+        impl="publish",
+        root=str(workspace.root),
+        drafts=str(tmp_path),
+        args={PUBLISH_KEY: {"root": ""}},
+        timeout=10,
+    )
+    assert nowhere["error"] == "This workspace has no publish folder; an admin sets one first."

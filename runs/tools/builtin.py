@@ -300,6 +300,33 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
     }
 
 
+PUBLISH_KEY = "_publish"  # set by the console after validation: where to publish
+
+
+def publish(root: Path, drafts: Path, args: dict) -> Output:
+    """Copy the workspace (not .git, not links) to its publish folder. A production change:
+    the policy never lets it run without a person."""
+    target = (args.get(PUBLISH_KEY) or {}).get("root")
+    if not target:
+        raise ToolFailure("This workspace has no publish folder; an admin sets one first.")
+    destination = Path(target)
+    if destination.resolve().is_relative_to(root.resolve()):
+        raise ToolFailure("The publish folder cannot be inside the workspace.")
+    files = _walk_files(root)
+    for relative in files:
+        source = root / relative
+        if source.is_symlink():
+            continue
+        (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, destination / relative)
+    return {
+        "ok": True,
+        "path": None,
+        "summary": f"Published {len(files)} files to {target}.",
+        "published": len(files),
+    }
+
+
 def _shell(root: Path, drafts: Path, args: dict) -> Output:
     from .shell import run_shell
 
@@ -320,6 +347,7 @@ def _approval(root: Path, drafts: Path, args: dict) -> Output:
 
 IMPLEMENTATIONS: dict[str, Callable[[Path, Path, dict], Output]] = {
     "dangerous": _shell,
+    "publish": publish,
     "runValidation": _validation,
     "requestApproval": _approval,
     "readSource": read_source,

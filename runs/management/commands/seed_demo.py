@@ -108,7 +108,12 @@ class Command(BaseCommand):
         if not target.exists():
             shutil.copytree(DEMO_SOURCE, target)
         workspace, _ = Workspace.objects.get_or_create(
-            slug="demo", defaults={"name": "Demo docs", "root": str(target)}
+            slug="demo",
+            defaults={
+                "name": "Demo docs",
+                "root": str(target),
+                "publish_root": str(Path(settings.VAR_DIR) / "published" / "demo"),
+            },
         )
         workspace.drafts_path.mkdir(parents=True, exist_ok=True)
         return workspace
