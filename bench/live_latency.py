@@ -18,7 +18,6 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,39 +33,25 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from harness_console.roles import OPERATOR, roles_sync  # noqa: E402
 from runs.models import Agent, RunEvent, Workspace  # noqa: E402
 from runs.services import run_create, run_dispatch  # noqa: E402
-from tests.stack import LiveStack, clear_broker_folder  # noqa: E402
+from tests.stack import (  # noqa: E402
+    CHROMIUM_ARGS,
+    CHROMIUM_EXECUTABLE,
+    LiveStack,
+    clear_broker_folder,
+    off_loop,
+)
 
 PASSWORD = "bench-password-0123"  # noqa: S105 - a throwaway user in a throwaway database
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 WATCH = """() => { window.__seen = {}; new MutationObserver((records) => {
   for (const r of records) for (const n of r.addedNodes)
     if (n.dataset && n.dataset.seq) window.__seen[n.dataset.seq] = Date.now(); })
   .observe(document.getElementById('run-timeline'), {childList: true}); }"""
-
-
-def off_loop(fn, **kwargs):
-    def call():
-        try:
-            return fn(**kwargs)
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(call).result()
 
 
 def fixtures() -> tuple[User, Agent, Workspace]:
@@ -87,7 +72,7 @@ def measure(stack: LiveStack, samples: int) -> tuple[list[float], list[float]]:
     user, agent, workspace = fixtures()
     to_event, to_browser = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM_EXECUTABLE, args=CHROMIUM_ARGS)
         page = browser.new_page()
         page.goto(f"{stack.url}/login/")
         page.fill("#id_username", user.username)

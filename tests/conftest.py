@@ -25,7 +25,7 @@ from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
 from runs.models import Agent, Run, Workspace
 from runs.services import run_create
 
-from .stack import LiveStack, clear_broker_folder
+from .stack import CHROMIUM_ARGS, CHROMIUM_EXECUTABLE, LiveStack, clear_broker_folder
 
 # Playwright's sync API runs an event loop in the test thread; ORM calls there are safe.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -127,15 +127,8 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
     """Debian's Chromium: Playwright's own browser download cannot work here (NOTES.md)."""
     return {
         **browser_type_launch_args,
-        "executable_path": "/usr/bin/chromium",
-        "args": [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
+        "executable_path": CHROMIUM_EXECUTABLE,
+        "args": CHROMIUM_ARGS,
     }
 
 

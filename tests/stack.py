@@ -15,8 +15,38 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness_console.management.commands.serve import commands
+
+# Debian's Chromium, as the probe of this machine starts it (NOTES.md).
+CHROMIUM_EXECUTABLE = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def off_loop(fn, /, **kwargs):
+    """Playwright's sync API keeps an event loop in the calling thread, where services cannot
+    publish (async_to_sync refuses): call them from a plain thread, as a worker would."""
+    from django.db import connection
+
+    def call():
+        try:
+            return fn(**kwargs)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,38 +94,9 @@ class LiveStack:
                 env=self.env(),
                 check=True,
             )
-        self._spawn(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "harness_console.asgi:application",
-            ],
-        )
-        self._spawn(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "harness_console",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                "2",
-                "--without-gossip",
-                "--without-mingle",
-                "--hostname",
-                f"test-{self.port}@%h",
-            ],
-        )
+        argv = commands(host="127.0.0.1", port=self.port, worker_name=f"test-{self.port}@%h")
+        self._spawn("web", argv["web"])
+        self._spawn("worker", argv["worker"])
         wait_until(self._web_ready, timeout=30, what="daphne to answer")
         wait_until(lambda: "ready." in self.log("worker"), timeout=60, what="the Celery worker")
         return self

@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
 from playwright.sync_api import Page, expect
 
 from runs.models import Run
 from runs.services import run_create, run_dispatch
 from runs.services import run_event_append as _append
 from tests.conftest import EVERYWHERE, PASSWORD, session_cookie_for
+from tests.stack import off_loop
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]
-
-
-def off_loop(fn, **kwargs):
-    """Playwright's sync API keeps an event loop in the test thread, where services cannot
-    publish (async_to_sync refuses); call them from a plain thread, as a worker would."""
-
-    def call():
-        try:
-            return fn(**kwargs)
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(call).result()
 
 
 def run_event_append(**kwargs):

@@ -23,7 +23,9 @@ from django.core.management.base import BaseCommand
 GRACE_SECONDS = 20
 
 
-def commands(*, host: str, port: int) -> dict[str, list[str]]:
+def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[str, list[str]]:
+    """The three processes of the console; the test harness starts web and worker from here
+    too, so the tests run what ``make run`` runs."""
     python = sys.executable
     return {
         "web": [
@@ -36,6 +38,7 @@ def commands(*, host: str, port: int) -> dict[str, list[str]]:
             str(port),
             "harness_console.asgi:application",
         ],
+        # One worker on one machine: no peers to gossip or mingle with, so start faster.
         "worker": [
             python,
             "-m",
@@ -47,8 +50,10 @@ def commands(*, host: str, port: int) -> dict[str, list[str]]:
             "INFO",
             "--concurrency",
             "2",
+            "--without-gossip",
+            "--without-mingle",
             "--hostname",
-            "worker@%h",
+            worker_name,
         ],
         "beat": [
             python,
