@@ -40,6 +40,8 @@ def env_bool(name: str, *, default: bool) -> bool:
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 EMBEDDED = not DATABASE_URL
+# Prefix of the console's keys in a shared Redis (channel layer and cache).
+REDIS_PREFIX = os.environ.get("HARNESS_REDIS_PREFIX", "harness")
 if bool(DATABASE_URL) != bool(REDIS_URL):
     raise ImproperlyConfigured(
         "Set both DATABASE_URL and REDIS_URL for production, or neither for the embedded default."
@@ -178,7 +180,7 @@ else:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
-                "prefix": os.environ.get("HARNESS_REDIS_PREFIX", "harness"),
+                "prefix": REDIS_PREFIX,
             },
         }
     }
@@ -217,7 +219,6 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- Cache -----------------------------------------------------------------------------
 # Shared by every process (web and workers): instruction loading is cached here (SPEC C6).
-REDIS_PREFIX = os.environ.get("HARNESS_REDIS_PREFIX", "harness")
 if EMBEDDED:
     CACHES = {
         "default": {
