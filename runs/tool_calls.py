@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,17 +26,21 @@ from django.db import transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import _Error as JsonSchemaError
 
+from policies.core.instructions import INSTRUCTION_FILE
 from policies.core.paths import PathRefused
 from policies.core.permissions import Call, Grant, Policy, decide
+from policies.core.tool_specs import BUILTIN_TOOLS
+from policies.instruction_cache import instructions_invalidate
 from policies.models import ToolDefinition
 from policies.paths import resolve_in_workspace
 
 from .doc_search import search_docs
 from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
-from .tools.builtin import PUBLISH_KEY, unified_diff
+from .tools.builtin import unified_diff
+from .tools.context import policy_to_context
 from .tools.isolation import run_isolated
-from .tools.shell import SANDBOX_KEY
 
 MAX_RESULT_CHARS = 16_000
 TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
@@ -44,11 +49,14 @@ BACKOFF_SECONDS = 0.2
 
 
 def _schema_errors(schema: dict[str, Any], arguments: Any) -> str:
+    """The argument problems, or the schema's own: a broken schema (say, from an MCP server)
+    refuses the call instead of raising."""
     try:
+        Draft202012Validator.check_schema(schema)
         validator = Draft202012Validator(schema)
-    except SchemaError as error:
-        return f"the tool's input schema is broken: {error.message}"
-    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+    except (SchemaError, JsonSchemaError, re.error, TypeError, ValueError) as error:
+        return f"the tool's input schema is broken ({type(error).__name__}: {error})"
     return "; ".join(
         (f"argument {'.'.join(map(str, e.path))!r}: " if e.path else "") + e.message
         for e in problems[:5]
@@ -65,7 +73,11 @@ def _paths(arguments: dict[str, Any], workspace: Workspace) -> list[str]:
 
 
 def _execute(
-    definition: ToolDefinition, workspace: Workspace, drafts: str, arguments: dict[str, Any]
+    definition: ToolDefinition,
+    workspace: Workspace,
+    drafts: str,
+    arguments: dict[str, Any],
+    context: dict[str, Any],
 ) -> tuple[dict[str, Any], int]:
     attempts = 0
     while True:
@@ -76,6 +88,7 @@ def _execute(
             drafts=drafts,
             args=arguments,
             timeout=float(definition.timeout_sec),
+            context=context,
         )
         if reply.get("ok") or not reply.get("retryable") or attempts > definition.retry:
             return reply, attempts
@@ -180,6 +193,9 @@ def tool_call_run(
         return refuse(f"There is no enabled tool named {tool!r}.")
     if not isinstance(arguments, dict):
         return refuse("The arguments must be a JSON object.")
+    reserved = sorted(key for key in arguments if str(key).startswith("_"))
+    if reserved:
+        return refuse(f"Argument names starting with _ are reserved: {', '.join(reserved)}.")
     problems = _schema_errors(definition.input_schema, arguments)
     if problems:
         return refuse(f"Bad input for {tool}: {problems}.")
@@ -189,11 +205,10 @@ def tool_call_run(
         paths = _paths(arguments, workspace)
     except PathRefused as error:
         return refuse(str(error))
-    record.path = paths[0] if paths else ""
+    record.path = (paths[0] if paths else "")[:1024]
+    side_effect = _side_effect(definition)
     verdicts = [
-        decide(
-            policy, Call(tool, definition.permission_level, definition.side_effect, path), grants
-        )
+        decide(policy, Call(tool, definition.permission_level, side_effect, path), grants)
         for path in (paths or [None])
     ]
     # With two paths (a rename), the stricter verdict stands.
@@ -209,21 +224,44 @@ def tool_call_run(
         return refuse(f"{verdict.decision}: {verdict.reason}", verdict.decision)
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
-    if tool == "dangerous":  # the sandbox's settings come from the console, not the model
-        arguments = {
-            **arguments,
-            SANDBOX_KEY: {
-                "hide": sorted({str(settings.VAR_DIR), str(settings.BASE_DIR)}),
-                "allow_unsandboxed": workspace.allow_unsandboxed_shell,
-            },
-        }
-    if tool == "publish":
-        arguments = {**arguments, PUBLISH_KEY: {"root": workspace.publish_root}}
+    context = {
+        "policy": policy_to_context(policy),
+        "tool": {"name": tool, "level": definition.permission_level, "side_effect": side_effect},
+        "grants": [[g.tool, g.path, g.granted_by] for g in grants],
+        "decided": {
+            key: resolved
+            for key, resolved in zip(
+                [k for k in PATH_ARGUMENTS if k in arguments], paths, strict=True
+            )
+        },
+        "sandbox": {
+            "hide": sorted({str(settings.VAR_DIR), str(settings.BASE_DIR)}),
+            "allow_unsandboxed": workspace.allow_unsandboxed_shell,
+        },
+        "publish_root": workspace.publish_root,
+    }
     if tool in IN_PROCESS:
         reply, record.attempts = IN_PROCESS[tool](workspace, arguments, policy, grants), 1
     else:
-        reply, record.attempts = _execute(definition, workspace, str(drafts), arguments)
-    return _record(record, reply)
+        reply, record.attempts = _execute(definition, workspace, str(drafts), arguments, context)
+    record = _record(record, reply)
+    _after_writes(record, workspace)
+    return record
+
+
+def _side_effect(definition: ToolDefinition) -> str:
+    """A built-in tool's own side effect cannot be weakened in the registry: publishing is a
+    production change whatever an admin typed, so it always needs a person."""
+    spec = BUILTIN_TOOLS.get(definition.implementation or definition.name)
+    if spec is not None and spec.side_effect == "production_change":
+        return "production_change"
+    return definition.side_effect
+
+
+def _after_writes(record: ToolCall, workspace: Workspace) -> None:
+    """An AGENTS.md written through the console drops the cached instructions (SPEC C6)."""
+    if any(w.path.rsplit("/", 1)[-1] == INSTRUCTION_FILE for w in record.writes.all()):
+        instructions_invalidate(root=workspace.root)
 
 
 def _record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:

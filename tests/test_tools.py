@@ -386,8 +386,6 @@ def test_publish_always_needs_a_person_even_under_a_policy_that_allows_everythin
 
 
 def test_publish_copies_the_workspace_when_a_person_let_it_run(workspace, tmp_path):
-    from runs.tools.builtin import PUBLISH_KEY
-
     (workspace.root_path / "docs").mkdir()
     (workspace.root_path / "docs" / "a.md").write_text("published")
     (workspace.root_path / ".git").mkdir()
@@ -397,7 +395,8 @@ def test_publish_copies_the_workspace_when_a_person_let_it_run(workspace, tmp_pa
         impl="publish",
         root=str(workspace.root),
         drafts=str(tmp_path),
-        args={PUBLISH_KEY: {"root": str(target)}},
+        args={},
+        context={"publish_root": str(target)},
         timeout=10,
     )
     assert reply["ok"] and (target / "docs" / "a.md").read_text() == "published"
@@ -406,7 +405,8 @@ def test_publish_copies_the_workspace_when_a_person_let_it_run(workspace, tmp_pa
         impl="publish",
         root=str(workspace.root),
         drafts=str(tmp_path),
-        args={PUBLISH_KEY: {"root": ""}},
+        args={},
+        context={"publish_root": ""},
         timeout=10,
     )
     assert nowhere["error"] == "This workspace has no publish folder; an admin sets one first."

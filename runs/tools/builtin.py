@@ -19,10 +19,13 @@ from typing import Any
 
 from wcmatch import glob as wcglob
 
-from policies.paths import resolve_in_workspace
+from policies.paths import WorkspacePath, resolve_in_workspace
+
+from .context import console, permitted
 
 Output = dict[str, Any]
 MAX_READ_BYTES = 2 * 1024 * 1024
+MAX_RECORD_BYTES = 20 * 1024 * 1024  # a write keeps a copy of the file: bounded
 MAX_MATCHES = 2000
 
 
@@ -38,11 +41,40 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _read_bytes(path: Path) -> bytes | None:
+def _read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes | None:
+    """The file's bytes, never following a last-moment link, never more than ``limit``."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
+    except OSError as error:
+        raise ToolFailure(f"{path.name} cannot be opened ({error.strerror}).") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ToolFailure(f"{path.name} is over {limit} bytes: too large for this tool.")
+    return data
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Write without following a link that appeared after the path was resolved."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _resolve(root: Path, args: dict, key: str) -> WorkspacePath:
+    """Resolve again at the moment of use; if the console decided on another file (a link
+    swapped in between), do nothing."""
+    resolved = resolve_in_workspace(root, args[key])
+    decided = console().get("decided", {}).get(key)
+    if decided is not None and decided != resolved.relative:
+        raise ToolFailure(
+            f"{args[key]} now leads to {resolved.relative}, not to {decided} as "
+            "when it was decided; nothing was done."
+        )
+    return resolved
 
 
 def _text(data: bytes, where: str) -> str:
@@ -77,13 +109,10 @@ def _draft_path(drafts: Path, relative: str) -> Path:
 
 
 def read_source(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = resolve_in_workspace(root, args["path"])
+    resolved = _resolve(root, args, "path")
     if not resolved.absolute.is_file():
         raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
-    with open(resolved.absolute, "rb") as handle:
-        data = handle.read(MAX_READ_BYTES + 1)
-    if len(data) > MAX_READ_BYTES:
-        raise ToolFailure(f"{resolved.relative} is over {MAX_READ_BYTES} bytes; use grep.")
+    data = _read_bytes(resolved.absolute, MAX_READ_BYTES) or b""
     content = _text(data, resolved.relative)
     return {
         "ok": True,
@@ -99,6 +128,8 @@ def _walk_files(root: Path) -> list[str]:
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         base = os.path.relpath(dirpath, root)
         for name in sorted(filenames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                continue  # a link may lead anywhere; the listing tools never follow one
             found.append(name if base == "." else f"{base}/{name}".replace(os.sep, "/"))
     return found
 
@@ -108,7 +139,7 @@ def glob_files(root: Path, drafts: Path, args: dict) -> Output:
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise ToolFailure("Glob patterns are relative to the workspace, without '..'.")
     flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
-    matches = [p for p in _walk_files(root) if wcglob.globmatch(p, pattern, flags=flags)]
+    matches = permitted(p for p in _walk_files(root) if wcglob.globmatch(p, pattern, flags=flags))
     return {
         "ok": True,
         "matches": matches[:MAX_MATCHES],
@@ -127,12 +158,11 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
     within = args.get("glob", "**")
     flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
     hits: list[dict[str, Any]] = []
-    for relative in _walk_files(root):
-        if not wcglob.globmatch(relative, within, flags=flags):
-            continue
+    candidates = [p for p in _walk_files(root) if wcglob.globmatch(p, within, flags=flags)]
+    for relative in permitted(candidates):
         try:
-            text = (root / relative).read_text("utf-8")
-        except (UnicodeDecodeError, OSError):
+            text = (_read_bytes(root / relative, MAX_READ_BYTES) or b"").decode("utf-8")
+        except (UnicodeDecodeError, ToolFailure):
             continue
         for number, line in enumerate(text.splitlines(), start=1):
             if regex.search(line):
@@ -148,10 +178,9 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
 
 
 def create_draft(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = resolve_in_workspace(root, args["path"])
+    resolved = _resolve(root, args, "path")
     target = _draft_path(drafts, resolved.relative)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(args["content"], "utf-8")
+    _write_bytes(target, args["content"].encode("utf-8"))
     formal = _read_bytes(resolved.absolute)
     diff = unified_diff(formal, args["content"].encode(), resolved.relative)
     return {
@@ -216,7 +245,7 @@ def apply_unified_patch(text: str, patch: str, path: str) -> str:
 
 
 def patch_draft(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = resolve_in_workspace(root, args["path"])
+    resolved = _resolve(root, args, "path")
     target = _draft_path(drafts, resolved.relative)
     base = _read_bytes(target)
     if base is None:
@@ -230,8 +259,7 @@ def patch_draft(root: Path, drafts: Path, args: dict) -> Output:
         new = _apply_search_replace(text, args["search"], args["replace"], resolved.relative)
     else:
         raise ToolFailure("Give either patch (a unified diff) or search and replace.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(new, "utf-8")
+    _write_bytes(target, new.encode("utf-8"))
     return {
         "ok": True,
         "path": resolved.relative,
@@ -246,14 +274,13 @@ def _write_record(relative: str, before: bytes | None, after: bytes | None) -> d
 
 
 def commit_draft(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = resolve_in_workspace(root, args["path"])
+    resolved = _resolve(root, args, "path")
     draft = _draft_path(drafts, resolved.relative)
     after = _read_bytes(draft)
     if after is None:
         raise ToolFailure(f"There is no draft of {resolved.relative} to commit.")
     before = _read_bytes(resolved.absolute)
-    resolved.absolute.parent.mkdir(parents=True, exist_ok=True)
-    resolved.absolute.write_bytes(after)
+    _write_bytes(resolved.absolute, after)
     draft.unlink()
     return {
         "ok": True,
@@ -265,10 +292,10 @@ def commit_draft(root: Path, drafts: Path, args: dict) -> Output:
 
 
 def delete_file(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = resolve_in_workspace(root, args["path"])
+    resolved = _resolve(root, args, "path")
     if not resolved.absolute.is_file():
         raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
-    before = resolved.absolute.read_bytes()
+    before = _read_bytes(resolved.absolute) or b""
     resolved.absolute.unlink()
     return {
         "ok": True,
@@ -280,13 +307,13 @@ def delete_file(root: Path, drafts: Path, args: dict) -> Output:
 
 
 def rename_file(root: Path, drafts: Path, args: dict) -> Output:
-    source = resolve_in_workspace(root, args["source"])
-    target = resolve_in_workspace(root, args["target"])
+    source = _resolve(root, args, "source")
+    target = _resolve(root, args, "target")
     if not source.absolute.is_file():
         raise ToolFailure(f"{source.relative} is not a file in the workspace.")
     if target.absolute.exists():
         raise ToolFailure(f"{target.relative} exists already; renaming never overwrites.")
-    data = source.absolute.read_bytes()
+    data = _read_bytes(source.absolute) or b""
     target.absolute.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(source.absolute, target.absolute)
     return {
@@ -300,23 +327,19 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
     }
 
 
-PUBLISH_KEY = "_publish"  # set by the console after validation: where to publish
-
-
 def publish(root: Path, drafts: Path, args: dict) -> Output:
     """Copy the workspace (not .git, not links) to its publish folder. A production change:
     the policy never lets it run without a person."""
-    target = (args.get(PUBLISH_KEY) or {}).get("root")
+    target = console().get("publish_root")
     if not target:
         raise ToolFailure("This workspace has no publish folder; an admin sets one first.")
     destination = Path(target)
     if destination.resolve().is_relative_to(root.resolve()):
         raise ToolFailure("The publish folder cannot be inside the workspace.")
-    files = _walk_files(root)
+    # A person approved the publish as a whole; files the policy denies (secrets) never go.
+    files = permitted(_walk_files(root), need="not_deny")
     for relative in files:
         source = root / relative
-        if source.is_symlink():
-            continue
         (destination / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, destination / relative)
     return {

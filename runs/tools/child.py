@@ -15,6 +15,7 @@ from typing import Any
 from policies.core.paths import PathRefused
 
 from .builtin import IMPLEMENTATIONS, ToolFailure
+from .context import CONSOLE
 
 
 def _implementation(name: str):
@@ -27,6 +28,7 @@ def _implementation(name: str):
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
+    CONSOLE.set(request.get("context") or {})
     try:
         function = _implementation(request["impl"])
         return function(Path(request["root"]), Path(request["drafts"]), request["args"])

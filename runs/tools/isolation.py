@@ -36,10 +36,19 @@ def _kill_group(pgid: int) -> None:
 
 
 def run_isolated(
-    *, impl: str, root: str, drafts: str, args: dict[str, Any], timeout: float
+    *,
+    impl: str,
+    root: str,
+    drafts: str,
+    args: dict[str, Any],
+    timeout: float,
+    context: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The tool's reply, or a tool error if it timed out or died."""
-    request = json.dumps({"impl": impl, "root": root, "drafts": drafts, "args": args})
+    """The tool's reply, or a tool error if it timed out or died. ``context`` is what the
+    console (not the model) tells the tool: see ``runs.tools.context``."""
+    request = json.dumps(
+        {"impl": impl, "root": root, "drafts": drafts, "args": args, "context": context or {}}
+    )
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "runs.tools.child"],

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .builtin import Output, ToolFailure
+from .context import console
 
 BWRAP = "bwrap"
-SANDBOX_KEY = "_sandbox"  # set by the console after the arguments were validated
 MAX_OUTPUT = 1_000_000
 
 
@@ -56,7 +56,7 @@ def sandbox_command(root: Path, command: str, hidden: list[str]) -> list[str]:
 
 
 def run_shell(root: Path, drafts: Path, args: dict[str, Any]) -> Output:
-    sandbox = args.get(SANDBOX_KEY) or {}
+    sandbox = console().get("sandbox") or {}
     command = args["command"]
     if shutil.which(BWRAP):
         argv = sandbox_command(root, command, list(sandbox.get("hide", [])))

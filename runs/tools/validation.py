@@ -14,7 +14,7 @@ import yaml
 from policies.core.paths import PathRefused
 from policies.paths import resolve_in_workspace
 
-from .builtin import Output, ToolFailure, _draft_path, _text
+from .builtin import Output, ToolFailure, _draft_path, _resolve, _text
 
 Problem = dict[str, Any]
 Validator = Callable[[str, str, Path], list[Problem]]
@@ -97,7 +97,7 @@ def _links(text: str, path: str, root: Path) -> list[Problem]:
 
 
 def run_validation(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = resolve_in_workspace(root, args["path"])
+    resolved = _resolve(root, args, "path")
     draft = _draft_path(drafts, resolved.relative)
     source = draft if draft.is_file() else resolved.absolute
     if not source.is_file():
