@@ -225,6 +225,8 @@ if EMBEDDED:
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(VAR_DIR / "cache"),
             "TIMEOUT": 24 * 3600,
+            # The default (300 entries, then culls at random) would evict live generations.
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
         }
     }
 else:

@@ -11,6 +11,7 @@ lookup plus one round trip for the counters.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +44,19 @@ def _gen_workspace(root: str) -> str:
     return f"instructions-gen:workspace:{hashlib.sha256(root.encode()).hexdigest()[:24]}"
 
 
-def _key(agent_id: Any, root: str) -> str:
+def _key(agent_id: Any, root: str) -> str | None:
+    """The entry's key, or None when a generation is missing (never set, or evicted): then
+    nothing may be served from a cache, since a lost counter could stand for any age."""
     keys = [GEN_ALL, _gen_agent(agent_id), _gen_workspace(root)]
     gens = cache.get_many(keys)
-    stamp = ".".join(str(gens.get(key, 0)) for key in keys)
+    if len(gens) < len(keys):
+        for key in keys:
+            if key not in gens:
+                cache.add(key, uuid.uuid4().hex, timeout=None)
+        gens = cache.get_many(keys)
+        if len(gens) < len(keys):
+            return None
+    stamp = ".".join(str(gens[key]) for key in keys)
     digest = hashlib.sha256(root.encode()).hexdigest()[:24]
     return f"instructions:{agent_id}:{digest}:{stamp}"
 
@@ -55,6 +65,8 @@ def instructions_load(*, agent: Any, root: Path | str) -> LoadedInstructions:
     """The agent's instruction units for this workspace folder, in increasing priority."""
     real_root = str(Path(root).resolve())
     key = _key(agent.pk, real_root)
+    if key is None:
+        return _load(agent, real_root)
     if key in _memo:
         _memo.move_to_end(key)
         return _memo[key]
@@ -75,11 +87,9 @@ def _load(agent: Any, root: str) -> LoadedInstructions:
 
 
 def _bump(key: str) -> None:
-    cache.add(key, 0, timeout=None)
-    try:
-        cache.incr(key)
-    except ValueError:  # evicted between add and incr
-        cache.set(key, 1, timeout=None)
+    """A fresh random generation: unlike a counter, it can never come back to an old value
+    (an evicted counter restarting at 0 would revive entries from before an edit)."""
+    cache.set(key, uuid.uuid4().hex, timeout=None)
 
 
 def instructions_invalidate(*, agent_id: Any = None, root: Path | str | None = None) -> None:

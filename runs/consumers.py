@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -12,8 +13,15 @@ from django.http import Http404
 from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 
-from .live import run_group
-from .selectors import REPLAY_BATCH, BadAfter, parse_after, run_events_after, run_get_for_user
+from .live import run_group, user_group
+from .selectors import (
+    REPLAY_BATCH,
+    BadAfter,
+    parse_after,
+    run_access_still_valid,
+    run_events_after,
+    run_get_for_user,
+)
 
 # Application close codes (4000–4999): the page and API clients can tell why.
 CLOSE_UNAUTHENTICATED = 4401
@@ -34,7 +42,11 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
     """
 
     group: str | None = None
+    user_group: str | None = None
     last_seq = 0
+    checked_at = 0.0
+    # Rights are read afresh at most this often while events flow (and at once on logout).
+    recheck_seconds = 10.0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -60,14 +72,34 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_BAD_REQUEST)
             return
         self.run_id, self.last_seq = run.pk, after
-        self.group = run_group(run.pk)
+        self.user_id, self.checked_at = user.pk, time.monotonic()
+        self.group, self.user_group = run_group(run.pk), user_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         await self.accept()
         await self.replay()
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.user_group:
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def session_ended(self, message: dict[str, Any]) -> None:
+        """The user logged out: an open page stops receiving at once."""
+        await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def still_allowed(self) -> bool:
+        if time.monotonic() - self.checked_at < self.recheck_seconds:
+            return True
+        session = self.scope.get("session")
+        allowed = await database_sync_to_async(run_access_still_valid)(
+            user_id=self.user_id,
+            session_key=getattr(session, "session_key", None),
+            run_id=self.run_id,
+        )
+        self.checked_at = time.monotonic()
+        return allowed
 
     async def replay(self) -> None:
         while True:
@@ -91,6 +123,9 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
                 return
 
     async def run_event(self, message: dict[str, Any]) -> None:
+        if not await self.still_allowed():
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
         seq = message["seq"]
         if seq <= self.last_seq:
             return

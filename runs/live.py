@@ -23,6 +23,20 @@ def run_group(run_id: Any) -> str:
     return f"run.{getattr(run_id, 'hex', str(run_id).replace('-', ''))}"
 
 
+def user_group(user_id: Any) -> str:
+    """Every open page of one user, to close them all when the user logs out."""
+    return f"user.{user_id}"
+
+
+def user_logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is None or (layer := get_channel_layer()) is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(user_group(user.pk), {"type": "session.ended"})
+    except Exception:
+        logger.exception("Could not close the live pages of user %s", user.pk)
+
+
 def event_message(event: Any) -> dict[str, Any]:
     return {
         "type": RUN_EVENT_MESSAGE,

@@ -8,6 +8,7 @@ stopped at the call's timeout.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from datetime import datetime
 from typing import Any
@@ -18,10 +19,11 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from policies.core.mcp_checks import check_mcp_call, path_arguments
-from policies.core.paths import PathRefused, normalize_relative
+from policies.core.paths import PathRefused
 from policies.core.permissions import Call, Grant, Policy, decide
 from policies.core.tool_specs import MAX_DESCRIPTION
 from policies.models import McpServer, ToolDefinition
+from policies.paths import resolve_in_workspace
 
 from .tools.isolation import scrubbed_env
 
@@ -54,7 +56,8 @@ async def _list_tools(server: McpServer) -> list[Any]:
 
 
 def mcp_discover(server: McpServer) -> list[str]:
-    """Put the server's tools in the registry; tools it no longer offers are disabled."""
+    """Put the server's new tools in the registry and refresh the descriptions and schemas
+    of known ones; tools it no longer offers are disabled. Never re-enables a tool."""
     tools = anyio.run(_list_tools, server)
     names = []
     for tool in tools:
@@ -62,18 +65,21 @@ def mcp_discover(server: McpServer) -> list[str]:
         description = (tool.description or tool.name).strip()
         if len(description) > MAX_DESCRIPTION:
             description = description[: MAX_DESCRIPTION - 1] + "…"
-        ToolDefinition.objects.update_or_create(
-            name=name,
-            defaults={
-                "description": description,
-                "input_schema": tool.input_schema,
-                "permission_level": server.permission_level,
-                "side_effect": "external_api",
-                "timeout_sec": server.timeout_sec,
-                "source": "mcp",
-                "enabled": True,
-            },
-        )
+        existing = ToolDefinition.objects.filter(name=name).first()
+        if existing is None:
+            ToolDefinition.objects.create(
+                name=name,
+                description=description,
+                input_schema=tool.input_schema,
+                permission_level=server.permission_level,
+                side_effect="external_api",
+                timeout_sec=server.timeout_sec,
+                source="mcp",
+                enabled=True,
+            )
+        else:  # an admin's choices (enabled, level, side effect, timeout) are kept
+            existing.description, existing.input_schema = description, tool.input_schema
+            existing.save(update_fields=["description", "input_schema"])
         names.append(name)
     ToolDefinition.objects.filter(name__startswith=f"{PREFIX}:{server.name}:").exclude(
         name__in=names
@@ -95,7 +101,11 @@ def _count_this_minute(server: McpServer, now: datetime) -> int:
     """Shared by every process through the cache, per server name and minute."""
     key = f"mcp-rate:{server.name}:{math.floor(now.timestamp() / 60)}"
     cache.add(key, 0, timeout=120)
-    return cache.incr(key) - 1  # the calls before this one
+    try:
+        return cache.incr(key) - 1  # the calls before this one
+    except ValueError:  # evicted between add and incr: count this call as the first
+        cache.set(key, 1, timeout=120)
+        return 0
 
 
 def mcp_run(
@@ -110,16 +120,28 @@ def mcp_run(
     """(decision facts, reply): the six checks, then the call; a refusal is a reply too."""
     server_name, tool = split_name(definition.name)
     server = McpServer.objects.filter(name=server_name).first()
-    paths = path_arguments(arguments)
-    try:
-        first = normalize_relative(paths[0]) if paths else None
-    except PathRefused:
-        first = None  # check 3 refuses it, with the reason
-    verdict = decide(
-        policy,
-        Call(definition.name, definition.permission_level, definition.side_effect, first),
-        list(grants or ()),
+
+    def resolve(value: Any) -> str:
+        return resolve_in_workspace(workspace.root, value).relative
+
+    resolved: list[str] = []
+    for value in path_arguments(arguments):
+        with contextlib.suppress(PathRefused):  # check 3 refuses it, with the reason
+            resolved.append(resolve(value))
+    # Every path is decided; the strictest verdict stands (a rename into .env is a deny).
+    order = ["allow", "ask", "ask_strong", "deny"]
+    verdict = max(
+        (
+            decide(
+                policy,
+                Call(definition.name, definition.permission_level, definition.side_effect, path),
+                list(grants or ()),
+            )
+            for path in (resolved or [None])
+        ),
+        key=lambda v: order.index(v.decision),
     )
+    first = resolved[0] if resolved else None
     facts = {
         "decision": verdict.decision,
         "rule": verdict.rule or "",
@@ -136,6 +158,7 @@ def mcp_run(
         calls_this_minute=lambda: _count_this_minute(server, now),
         now=now,
         server_name=server_name,
+        resolve=resolve,
     )
     if refusal is not None:
         facts["refused"] = f"{refusal.check}: {refusal.reason}"

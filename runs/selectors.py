@@ -53,3 +53,24 @@ def run_get_for_user(*, user: Any, run_id: Any) -> Run:
 
 def run_events_after(*, run_id: Any, after: int, limit: int = REPLAY_BATCH) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit])
+
+
+def run_access_still_valid(*, user_id: Any, session_key: str | None, run_id: Any) -> bool:
+    """For an open WebSocket: is the session still there, the user still active, and may
+    they still see this run? Everything is read afresh (a user object caches its rights)."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if not session_key or not store().exists(session_key):
+        return False
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    if user is None:
+        return False
+    try:
+        run_get_for_user(user=user, run_id=run_id)
+    except (PermissionDenied, Http404):
+        return False
+    return True

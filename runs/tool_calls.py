@@ -21,7 +21,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
@@ -140,16 +139,41 @@ def _run_mcp(
     return _record(record, reply)
 
 
+def _clean(value: Any) -> Any:
+    """NUL cannot be stored in PostgreSQL text or JSON: replace it, everywhere."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    return value
+
+
 def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The output as the model may see it, and the full text when it had to be cut."""
+    """The output as the model may see it, and the full text when it had to be cut.
+
+    Long strings are cut and long lists shortened, largest first, until the whole fits.
+    """
     full = json.dumps(output, ensure_ascii=False)
     if len(full) <= MAX_RESULT_CHARS:
         return output, None
     shown = dict(output)
-    for key in ("content", "matches", "diff"):
-        if shown.get(key) is not None:
-            text = shown[key] if isinstance(shown[key], str) else json.dumps(shown[key])
-            shown[key] = text[: MAX_RESULT_CHARS // 2]
+    budget = MAX_RESULT_CHARS // 2
+    for key in sorted(shown, key=lambda k: -len(json.dumps(shown[k], ensure_ascii=False))):
+        if len(json.dumps(shown, ensure_ascii=False)) <= MAX_RESULT_CHARS:
+            break
+        value = shown[key]
+        if isinstance(value, str) and len(value) > 200:
+            shown[key] = value[:budget]
+        elif isinstance(value, list) and len(value) > 1:
+            kept: list[Any] = []
+            for item in value:
+                if len(json.dumps([*kept, item], ensure_ascii=False)) > budget:
+                    break
+                kept.append(item)
+            shown[key] = kept
+        budget = max(200, budget // 2)
     return shown, full
 
 
@@ -234,10 +258,7 @@ def tool_call_run(
                 [k for k in PATH_ARGUMENTS if k in arguments], paths, strict=True
             )
         },
-        "sandbox": {
-            "hide": sorted({str(settings.VAR_DIR), str(settings.BASE_DIR)}),
-            "allow_unsandboxed": workspace.allow_unsandboxed_shell,
-        },
+        "sandbox": {"allow_unsandboxed": workspace.allow_unsandboxed_shell},
         "publish_root": workspace.publish_root,
     }
     if tool in IN_PROCESS:
@@ -266,6 +287,7 @@ def _after_writes(record: ToolCall, workspace: Workspace) -> None:
 
 def _record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
     writes = reply.pop("writes", [])
+    reply = _clean(reply)
     record.status = "ok" if reply.get("ok") else ("timeout" if reply.get("timed_out") else "error")
     record.error = "" if reply.get("ok") else str(reply.get("error", "failed"))
     shown, full = _truncate(reply)
@@ -281,8 +303,8 @@ def _record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
                 sha256=hashlib.sha256(full.encode()).hexdigest(),
             )
             marker = TRUNCATED.format(artifact=artifact.pk)
-            for key in ("content", "matches", "diff"):
-                if isinstance(shown.get(key), str):
+            for key in ("content", "diff", "stderr"):
+                if isinstance(shown.get(key), str) and len(shown[key]) < len(str(reply[key])):
                     shown[key] += marker
             shown["artifact_id"] = str(artifact.pk)
             shown.setdefault("warnings", []).append(

@@ -111,3 +111,16 @@ def test_moving_a_workspace_folder_in_the_admin_drops_its_cache(setup, tmp_path)
     workspace.root = str(moved)
     workspace.save()
     assert "moved root" in prompt_in_another_process(agent, workspace)
+
+
+def test_an_evicted_generation_never_revives_an_older_entry(setup):
+    from django.core.cache import cache
+
+    from policies.instruction_cache import _gen_agent
+
+    personas, agent, workspace = setup
+    assert "console text v1" in instructions_load(agent=agent, root=workspace.root).units[-1].text
+    instruction_update(agent=agent, text="console text v2", author=personas.admin)
+    assert "console text v2" in instructions_load(agent=agent, root=workspace.root).units[-1].text
+    cache.delete(_gen_agent(agent.pk))  # the cache evicted the agent's generation
+    assert "console text v2" in instructions_load(agent=agent, root=workspace.root).units[-1].text

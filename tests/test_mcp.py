@@ -162,3 +162,62 @@ def test_check_permission_knows_mcp_tools_from_the_registry(notes):
     )
     report = json.loads(out.getvalue())
     assert (report["decision"], report["rule"]) == ("ask", "mcp")
+
+
+def test_rediscovery_keeps_an_admins_hardening(notes):
+    ToolDefinition.objects.filter(name="mcp:notes:write_note").update(
+        enabled=False, side_effect="production_change", permission_level="L3"
+    )
+    mcp_discover(notes)
+    tool = ToolDefinition.objects.get(name="mcp:notes:write_note")
+    assert (tool.enabled, tool.side_effect, tool.permission_level) == (
+        False,
+        "production_change",
+        "L3",
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"path": "notes/a.md", "filePath": "/etc/passwd"},
+        {"path": "notes/a.md", "options": {"dest": "../x"}},
+        {"path": "notes/a.md", "uri": "file:///etc/passwd"},
+        {"path": "notes/a.md", "targets": [{"src": "notes/secret/k"}]},
+    ],
+)
+def test_every_path_argument_is_checked_whatever_its_name_or_depth(notes, workspace, arguments):
+    from policies.core.mcp_checks import path_arguments
+
+    assert len(path_arguments(arguments)) == 2
+    record = tool_call_run(
+        workspace=workspace, tool="mcp:notes:read_note", arguments=arguments, policy=OPEN
+    )
+    assert record.status == "refused" and record.error.startswith("arguments:")
+
+
+def test_each_path_is_decided_and_the_strictest_verdict_stands(notes, workspace):
+    from policies.core.default_policy import DEFAULT_POLICY
+
+    ToolDefinition.objects.filter(name="mcp:notes:write_note").update(
+        input_schema={"type": "object"}
+    )
+    notes.allowed_paths = ["**"]
+    notes.save()
+    lax = Policy("lax", "L3", (*DEFAULT_POLICY.rules[:2], Rule("mcp", "mcp:*", "allow")))
+    record = tool_call_run(
+        workspace=workspace,
+        tool="mcp:notes:write_note",
+        arguments={"path": "notes/b.md", "destination": ".env", "text": "x"},
+        policy=lax,
+    )
+    assert (record.status, record.decision, record.rule) == ("refused", "deny", "deny-secrets")
+
+
+def test_a_link_in_an_mcp_path_argument_is_followed_before_the_checks(notes, workspace, tmp_path):
+    import os
+
+    (tmp_path / "elsewhere.md").write_text("outside")
+    os.symlink(tmp_path / "elsewhere.md", workspace.root_path / "notes" / "link.md")
+    record = call(workspace, "read_note", path="notes/link.md")
+    assert record.status == "refused" and "outside the workspace" in record.error

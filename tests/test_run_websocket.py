@@ -181,3 +181,42 @@ def test_every_event_also_reaches_the_ops_group(run):
         "note",
         {"x": 1},
     )
+
+
+def test_logging_out_closes_the_open_pages_of_that_user(client, run, personas):
+    session = cookie(client, personas.operator)
+
+    async def scenario():
+        ws, connected, _ = await _connect(f"/ws/runs/{run.pk}/?after=1", cookie=session)
+        assert connected
+        from channels.db import database_sync_to_async
+
+        await database_sync_to_async(client.logout)()
+        closed = await ws.receive_output(timeout=5)
+        return closed
+
+    assert async_to_sync(scenario)() == {"type": "websocket.close", "code": 4401}
+
+
+def test_a_user_who_lost_the_right_gets_no_more_events(client, run, personas, monkeypatch):
+    from runs.consumers import RunEventsConsumer
+
+    monkeypatch.setattr(RunEventsConsumer, "recheck_seconds", 0.0)
+    session = cookie(client, personas.operator)
+
+    async def scenario():
+        from channels.db import database_sync_to_async
+
+        ws, connected, _ = await _connect(f"/ws/runs/{run.pk}/?after=1", cookie=session)
+        assert connected
+        await database_sync_to_async(personas.operator.groups.clear)()
+        await database_sync_to_async(run_event_append)(run_id=run.pk, type="note")
+        frames = []
+        while True:
+            output = await ws.receive_output(timeout=5)
+            if output["type"] == "websocket.close":
+                return frames, output
+            frames.append(output)
+
+    frames, closed = async_to_sync(scenario)()
+    assert frames == [] and closed["code"] == 4403

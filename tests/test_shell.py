@@ -37,7 +37,7 @@ def test_the_shell_cannot_write_outside_the_workspace(workspace, tmp_path):
     record = sh(workspace, f"echo escaped > {outside}/x.txt")
     assert record.status == "error"  # the host's /tmp is not even visible in the sandbox
     assert not (outside / "x.txt").exists()
-    record = sh(workspace, "echo escaped > /var/tmp/harness-escape.txt")
+    record = sh(workspace, "echo escaped > /usr/harness-escape.txt")
     assert record.status == "error" and "Read-only file system" in record.output["stderr"]
 
 
@@ -92,3 +92,20 @@ def test_without_bubblewrap_it_refuses_unless_an_admin_allowed_it(workspace, mon
 def test_the_default_policy_never_runs_the_shell_without_a_strong_confirmation(workspace):
     record = sh(workspace, "echo hi", DEFAULT_POLICY)
     assert (record.status, record.decision) == ("refused", "ask_strong")
+
+
+@pytest.mark.parametrize(
+    "path", ["/var/run/postgresql", "/home", "/root", "/etc/hostname", "/etc/shadow", "/opt"]
+)
+def test_nothing_of_the_machine_is_visible_but_programs_and_the_workspace(workspace, path):
+    record = sh(workspace, f"ls {path}")
+    assert record.status == "error" and "No such file or directory" in record.output["stderr"]
+
+
+def test_endless_output_is_capped_not_buffered(workspace):
+    from policies.models import ToolDefinition
+
+    ToolDefinition.objects.filter(name="dangerous").update(timeout_sec=5)
+    record = sh(workspace, "head -c 30000000 /dev/zero | tr '\\\\0' x")
+    assert record.status == "ok"
+    assert any("bytes of output beyond" in w for w in record.output["warnings"])

@@ -141,3 +141,26 @@ def test_a_write_never_follows_a_link_put_in_its_place(workspace, tmp_path):
     with pytest.raises(OSError):
         _write_bytes(workspace.root_path / "trap.md", b"overwritten")
     assert outside.read_text() == "intact"
+
+
+def test_every_large_field_is_truncated_not_only_the_content():
+    from runs.tool_calls import MAX_RESULT_CHARS, _truncate
+
+    shown, full = _truncate(
+        {
+            "ok": False,
+            "stderr": "E" * 900_000,
+            "problems": [{"message": "m" * 100} for _ in range(5000)],
+        }
+    )
+    import json
+
+    assert len(json.dumps(shown)) <= MAX_RESULT_CHARS
+    assert isinstance(shown["problems"], list) and full is not None
+
+
+def test_a_nul_in_a_tool_output_is_stored_without_failing(workspace):
+    (workspace.root_path / "nul.md").write_bytes(b"before\x00after")
+    record = call(workspace, "readSource", OPEN, path="nul.md")
+    record.refresh_from_db()
+    assert record.status == "ok" and "\ufffd" in record.output["content"]

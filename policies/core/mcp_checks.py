@@ -18,18 +18,28 @@ from wcmatch import glob
 from .paths import PathRefused, normalize_relative
 
 Check = Literal["whitelist", "tool", "arguments", "approval", "rate_limit", "change_window"]
-PATH_KEYS: Final = (
-    "path",
-    "paths",
-    "file",
-    "files",
-    "source",
-    "target",
-    "destination",
-    "directory",
-    "dir",
-    "folder",
+PATH_KEYS: Final = frozenset(
+    {
+        "path",
+        "paths",
+        "file",
+        "files",
+        "filename",
+        "source",
+        "src",
+        "target",
+        "dest",
+        "destination",
+        "directory",
+        "dir",
+        "folder",
+        "root",
+        "cwd",
+        "uri",
+        "location",
+    }
 )
+PATH_SUFFIXES: Final = ("path", "paths", "file", "dir", "directory", "folder", "uri")
 DAY_NAMES: Final = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _FLAGS: Final = glob.GLOBSTAR | glob.DOTGLOB | glob.BRACE
 
@@ -53,18 +63,39 @@ class McpRefusal:
     reason: str
 
 
-def path_arguments(arguments: Mapping[str, Any]) -> list[Any]:
-    """Values of arguments that name files (``path``, ``source``, lists of ``paths``...)."""
+def _names_a_path(key: str) -> bool:
+    plain = "".join(ch for ch in key.lower() if ch.isalnum())  # filePath, file_path, file-path
+    return plain in PATH_KEYS or plain.endswith(PATH_SUFFIXES)
+
+
+def path_arguments(arguments: Any) -> list[Any]:
+    """Values of arguments that name files, at any depth: ``path``, ``filePath``, ``src``,
+    lists of ``paths``, and the same inside nested objects."""
     found: list[Any] = []
-    for key, value in arguments.items():
-        if key.lower() in PATH_KEYS or key.lower().endswith("_path"):
-            found.extend(value if isinstance(value, list) else [value])
+    if isinstance(arguments, Mapping):
+        for key, value in arguments.items():
+            if _names_a_path(str(key)) and not isinstance(value, Mapping | list):
+                found.append(value)
+            elif _names_a_path(str(key)) and isinstance(value, list):
+                for item in value:
+                    if isinstance(item, Mapping | list):
+                        found.extend(path_arguments(item))
+                    else:
+                        found.append(item)
+            else:
+                found.extend(path_arguments(value))
+    elif isinstance(arguments, list):
+        for item in arguments:
+            found.extend(path_arguments(item))
     return found
 
 
-def _within_range(config: McpServerConfig, value: Any) -> str | None:
+def _within_range(config: McpServerConfig, value: Any, resolve: Callable[[Any], str]) -> str | None:
+    if isinstance(value, str) and "://" in value:
+        return f"argument path {value!r}: URIs are refused; give a path inside the workspace"
     try:
-        path = normalize_relative(value)
+        normalize_relative(value)
+        path = resolve(value)  # links followed inside the workspace
     except PathRefused as error:
         return f"argument path {value!r}: {error}"
     if any(glob.globmatch(path, g, flags=_FLAGS | glob.IGNORECASE) for g in config.forbidden_paths):
@@ -102,6 +133,7 @@ def check_mcp_call(
     calls_this_minute: Callable[[], int],
     now: datetime,
     server_name: str,
+    resolve: Callable[[Any], str] = normalize_relative,
 ) -> McpRefusal | None:
     """The first check that refuses the call, or None when all six pass.
 
@@ -113,7 +145,7 @@ def check_mcp_call(
     if tool not in config.allowed_tools:
         return McpRefusal("tool", f"{tool} is not an allowed tool of {config.name}")
     for value in path_arguments(arguments):
-        problem = _within_range(config, value)
+        problem = _within_range(config, value, resolve)
         if problem:
             return McpRefusal("arguments", problem)
     if decision != "allow":

@@ -1,15 +1,19 @@
 """The one raw-shell tool, ``dangerous`` (SPEC T9): level L3, and sandboxed.
 
-Under bubblewrap the command sees the filesystem read-only, the workspace read-write, a
-private /tmp, no network and no environment but PATH and LANG; the console's own files
-(code, databases, keys) are hidden. Without bubblewrap it refuses to run, unless an admin
+Under bubblewrap the command sees only the system's programs and libraries (read-only),
+the workspace (read-write) and a private /tmp: no other file of the machine (the
+console's code, databases and keys, home folders, local servers' sockets), no network, no
+environment but PATH, LANG and HOME. Without bubblewrap it refuses to run, unless an admin
 allowed unsandboxed execution for this workspace.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +24,46 @@ BWRAP = "bwrap"
 MAX_OUTPUT = 1_000_000
 
 
-def sandbox_command(root: Path, command: str, hidden: list[str]) -> list[str]:
-    # A private /tmp inside the sandbox, not the host's.
-    argv = [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108
-    paths = [Path(p) for p in hidden if Path(p).exists()]
-    for path in paths:  # a path inside another hidden one is hidden already
-        if not any(path != other and path.is_relative_to(other) for other in paths):
-            argv += ["--tmpfs", str(path)]
-    argv += [
+# What a command needs to run, read-only; nothing else of the machine is mounted (no /var,
+# /run, /home, /root, /opt: no sockets of local servers, no credentials lying around).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+ETC_ENTRIES = (
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/mime.types",
+)
+
+
+def _system_mounts() -> list[str]:
+    argv: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    for path in ETC_ENTRIES:
+        argv += ["--ro-bind-try", path, path]
+    return argv
+
+
+def sandbox_command(root: Path, command: str) -> list[str]:
+    return [
+        BWRAP,
+        *_system_mounts(),
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",  # noqa: S108 - a private /tmp inside the sandbox, not the host's
         "--bind",
         str(root),
         str(root),
@@ -52,14 +88,55 @@ def sandbox_command(root: Path, command: str, hidden: list[str]) -> list[str]:
         "-c",
         command,
     ]
-    return argv
+
+
+MAX_FILE_BYTES = 256 * 1024 * 1024  # no single file the command writes may grow past this
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+
+
+def run_capped(
+    argv: list[str], *, cwd: Path, env: dict[str, str] | None
+) -> tuple[int, bytes, bytes, int]:
+    """Run, keeping at most MAX_OUTPUT bytes of each stream and draining the rest, so a
+    command that prints forever cannot fill the worker's memory before its timeout."""
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_limit_file_size,
+    )  # no threads yet in this process
+    kept: dict[str, bytearray] = {"out": bytearray(), "err": bytearray()}
+    dropped = [0]
+
+    def drain(stream: Any, name: str) -> None:
+        while chunk := stream.read(65536):
+            room = MAX_OUTPUT - len(kept[name])
+            kept[name] += chunk[: max(0, room)]
+            dropped[0] += max(0, len(chunk) - max(0, room))
+
+    readers = [
+        threading.Thread(target=drain, args=(process.stdout, "out")),
+        threading.Thread(target=drain, args=(process.stderr, "err")),
+    ]
+    for reader in readers:
+        reader.start()
+    returncode = process.wait()
+    for reader in readers:
+        reader.join()
+    return returncode, bytes(kept["out"]), bytes(kept["err"]), dropped[0]
 
 
 def run_shell(root: Path, drafts: Path, args: dict[str, Any]) -> Output:
     sandbox = console().get("sandbox") or {}
     command = args["command"]
     if shutil.which(BWRAP):
-        argv = sandbox_command(root, command, list(sandbox.get("hide", [])))
+        argv = sandbox_command(root, command)
         env = None
     elif sandbox.get("allow_unsandboxed"):
         argv, env = (
@@ -72,15 +149,18 @@ def run_shell(root: Path, drafts: Path, args: dict[str, Any]) -> Output:
             "may allow unsandboxed execution for this workspace."
         )
     # The caller's timeout kills this whole process group, sandbox included.
-    finished = subprocess.run(argv, cwd=root, env=env, capture_output=True, check=False)
-    stdout = finished.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
-    stderr = finished.stderr[:MAX_OUTPUT].decode("utf-8", "replace")
+    returncode, out, err, dropped = run_capped(argv, cwd=root, env=env)
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
     return {
-        "ok": finished.returncode == 0,
-        "exit_code": finished.returncode,
+        "ok": returncode == 0,
+        "exit_code": returncode,
         "content": stdout,
         "stderr": stderr,
-        "summary": f"exit {finished.returncode}" + ("" if env is None else " (unsandboxed)"),
-        "error": "" if finished.returncode == 0 else f"The command exited {finished.returncode}.",
-        "warnings": [] if env is None else ["ran without a sandbox, as allowed for this workspace"],
+        "summary": f"exit {returncode}" + ("" if env is None else " (unsandboxed)"),
+        "error": "" if returncode == 0 else f"The command exited {returncode}.",
+        "warnings": (
+            [] if env is None else ["ran without a sandbox, as allowed for this workspace"]
+        )
+        + ([f"{dropped} bytes of output beyond {MAX_OUTPUT} were dropped"] if dropped else []),
     }
