@@ -77,12 +77,6 @@ def roles_sync_after_migrate(sender: Any, **kwargs: Any) -> None:
     roles_sync()
 
 
-def user_roles(user: Any) -> set[str]:
-    if not user.is_authenticated:
-        return set()
-    return set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-
-
 def navigation(request: HttpRequest) -> dict[str, Any]:
     """The navigation shows only what the user's role may open."""
     user = getattr(request, "user", None)
