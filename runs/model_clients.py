@@ -1,0 +1,204 @@
+"""The model clients of SPEC R11: the real ``anthropic`` SDK, and an offline replay.
+
+The Anthropic client takes its key from the environment only (``ANTHROPIC_API_KEY``; never
+from the database, a form or a log), sets its own timeout on every call (the SDK's default
+read timeout is 600 s), and retries itself, boundedly: the SDK obeys ``retry-after`` with
+no cap, so its own retries are off and ours cap each wait and the whole call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+from .core.model_turns import (
+    ANTHROPIC,
+    OFFLINE_REPLAY,
+    ModelError,
+    ModelTurn,
+    ToolUse,
+    Usage,
+)
+
+RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+MAX_WAIT_SECONDS = 8.0
+
+
+def _turn_from(response: Any, label: str) -> ModelTurn:
+    content = tuple(block.model_dump(exclude_none=True) for block in response.content)
+    usage = response.usage
+    return ModelTurn(
+        stop_reason=response.stop_reason or "end_turn",
+        text="".join(b.get("text", "") for b in content if b.get("type") == "text"),
+        tool_uses=tuple(
+            ToolUse(b["id"], b["name"], dict(b.get("input") or {}))
+            for b in content
+            if b.get("type") == "tool_use"
+        ),
+        usage=Usage(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_creation_input_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+            cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+        ),
+        model=response.model,
+        label=label,
+        request_id=getattr(response, "_request_id", None) or "",
+        content=content,
+    )
+
+
+def system_blocks(stable: str, variable: str = "") -> list[dict[str, Any]]:
+    """The system prompt in two blocks: the stable layers (identity, instructions, rules)
+    marked for prompt caching, then what changes every run."""
+    blocks: list[dict[str, Any]] = []
+    if stable:
+        blocks.append({"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}})
+    if variable:
+        blocks.append({"type": "text", "text": variable})
+    return blocks
+
+
+class AnthropicModel:
+    label = ANTHROPIC
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        timeout: float = 60.0,
+        attempts: int = 3,
+        deadline: float = 180.0,
+        max_tokens: int = 4096,
+        base_url: str | None = None,
+    ) -> None:
+        key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
+        if not key:
+            raise ModelError("ANTHROPIC_API_KEY is not set; the offline replay model needs none.")
+        self.model, self.attempts, self.deadline = model, attempts, deadline
+        self.max_tokens = max_tokens
+        self._client = anthropic.Anthropic(
+            api_key=key,
+            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
+            timeout=timeout,
+            max_retries=0,
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"AnthropicModel({self.model!r})"
+
+    def complete(
+        self,
+        *,
+        system: list[dict[str, Any]],
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> ModelTurn:
+        started = time.monotonic()
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._client.messages.create(
+                    model=self.model,
+                    max_tokens=self.max_tokens,
+                    system=system,
+                    messages=list(messages),
+                    tools=list(tools) or anthropic.NOT_GIVEN,
+                )
+                return _turn_from(response, self.label)
+            except anthropic.APIStatusError as error:
+                retryable = error.status_code in RETRYABLE_STATUS
+                wait = _retry_after(error.response) if retryable else None
+                problem = f"the model API answered {error.status_code}"
+            except (anthropic.APITimeoutError, anthropic.APIConnectionError) as error:
+                retryable, wait = True, None
+                problem = (
+                    "the model API did not answer in time"
+                    if isinstance(error, anthropic.APITimeoutError)
+                    else "the model API could not be reached"
+                )
+            if not retryable or attempt == self.attempts:
+                raise ModelError(
+                    f"{problem} (attempt {attempt} of {self.attempts})", retryable=retryable
+                )
+            jitter = 1 + random.random() / 4  # noqa: S311 - spreading retries, not secrecy
+            backoff = 0.5 * 2 ** (attempt - 1) * jitter
+            pause = min(MAX_WAIT_SECONDS, wait if wait is not None else backoff)
+            if time.monotonic() - started + pause > self.deadline:
+                raise ModelError(
+                    f"{problem}; no time left to retry within {self.deadline:g} s", retryable=True
+                )
+            time.sleep(pause)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _retry_after(response: Any) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after")))
+    except (TypeError, ValueError):
+        return None
+
+
+class ReplayModel:
+    """Plays recorded model turns in order, for the demo, the tests and the eval set.
+    Labelled "offline replay" wherever a run shows its model."""
+
+    label = OFFLINE_REPLAY
+
+    def __init__(self, turns: Sequence[dict[str, Any]], model: str = "replay") -> None:
+        self.turns, self.model, self.position = list(turns), model, 0
+
+    @classmethod
+    def from_file(cls, path: Path | str) -> ReplayModel:
+        try:
+            data = json.loads(Path(path).read_text("utf-8"))
+        except (OSError, ValueError) as error:
+            raise ModelError(f"The replay script {path} cannot be read: {error}") from None
+        turns = data.get("turns") if isinstance(data, dict) else None
+        if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+            raise ModelError(f"The replay script {path} needs a list of turns.")
+        return cls(turns, model=str(data.get("model", "replay")))
+
+    def complete(
+        self,
+        *,
+        system: list[dict[str, Any]],
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> ModelTurn:
+        if self.position >= len(self.turns):
+            raise ModelError(f"The replay script has no turn {self.position + 1}.")
+        turn = self.turns[self.position]
+        self.position += 1
+        content = tuple(turn.get("content") or ())
+        usage = turn.get("usage") or {}
+        return ModelTurn(
+            stop_reason=turn.get("stop_reason", "end_turn"),
+            text="".join(b.get("text", "") for b in content if b.get("type") == "text"),
+            tool_uses=tuple(
+                ToolUse(b["id"], b["name"], dict(b.get("input") or {}))
+                for b in content
+                if b.get("type") == "tool_use"
+            ),
+            usage=Usage(
+                **{
+                    k: int(usage.get(k, 0))
+                    for k in (
+                        "input_tokens",
+                        "output_tokens",
+                        "cache_creation_input_tokens",
+                        "cache_read_input_tokens",
+                    )
+                }
+            ),
+            model=self.model,
+            label=self.label,
+            request_id=f"replay-{self.position}",
+            content=content,
+        )

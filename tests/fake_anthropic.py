@@ -1,0 +1,88 @@
+"""A local HTTP server that speaks the Anthropic Messages API, for the real SDK to talk to.
+Each test queues the answers it wants: a body, a status, headers, a delay."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Answer:
+    body: dict[str, Any]
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+def message(
+    content: list[dict[str, Any]],
+    *,
+    stop_reason: str = "end_turn",
+    usage: dict[str, int] | None = None,
+    model: str = "claude-test",
+) -> Answer:
+    return Answer(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": usage or {"input_tokens": 10, "output_tokens": 5},
+        }
+    )
+
+
+def error(status: int, kind: str, text: str, **headers: str) -> Answer:
+    return Answer({"type": "error", "error": {"type": kind, "message": text}}, status, headers)
+
+
+class FakeAnthropic:
+    def __init__(self) -> None:
+        self.answers: list[Answer] = []
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # the name http.server calls
+                length = int(self.headers.get("content-length", 0))
+                fake.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "body": json.loads(self.rfile.read(length) or b"{}"),
+                    }
+                )
+                answer = fake.answers.pop(0) if fake.answers else error(500, "api_error", "none")
+                time.sleep(answer.delay)
+                data = json.dumps(answer.body).encode()
+                try:
+                    self.send_response(answer.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("request-id", f"req_{len(fake.requests)}")
+                    for key, value in answer.headers.items():
+                        self.send_header(key, value)
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
