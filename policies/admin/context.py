@@ -9,7 +9,6 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.forms.formsets import all_valid
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404
@@ -19,34 +18,18 @@ from django.utils.html import format_html
 
 from runs.models import Agent
 
-from .core.layers import DEFAULT_LAYERS
-from .core.paths import PathRefused
-from .core.permissions import Policy as CorePolicy
-from .core.permissions import PolicyError, Rule
-from .core.tool_specs import BUILTIN_TOOLS
-from .models import (
+from ..core.layers import DEFAULT_LAYERS
+from ..models import (
     BusinessRule,
     InstructionVersion,
     LayerConfig,
-    McpServer,
-    Policy,
-    PolicyRule,
-    ToolDefinition,
 )
-from .permissions import (
-    parse_arguments,
-    permission_check,
-    policy_bump_version,
-    policy_from_row,
-    verdict_report,
-)
-from .services import (
+from ..services import (
     InstructionError,
     instruction_restore,
     instruction_update,
     instructions_current,
 )
-from .simulation import policy_edit_effect
 
 
 class LayerConfigFormSet(BaseInlineFormSet):
@@ -287,173 +270,3 @@ class InstructionVersionAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/policies/instruction_compare.html", context)
-
-
-class PolicyRuleInline(admin.TabularInline):
-    model = PolicyRule
-    extra = 0
-    fields = ("order", "key", "tool", "path", "decision", "reason")
-    ordering = ("order", "id")
-
-
-class PolicyTestForm(forms.Form):
-    tool = forms.ChoiceField(choices=[(name, name) for name in sorted(BUILTIN_TOOLS)])
-    path = forms.CharField(required=False, help_text="Relative to the workspace.")
-    arguments = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text='The call\'s arguments as JSON, e.g. {"path": "docs/a.md"}.',
-    )
-
-
-@admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
-    change_form_template = "admin/policies/policy_change_form.html"
-    list_display = ("name", "ceiling", "version", "updated_at", "test_link")
-    readonly_fields = ("version", "test_link")
-    fields = ("name", "description", "ceiling", "version", "test_link")
-    inlines = [PolicyRuleInline]
-
-    @admin.display(description="Explain")
-    def test_link(self, obj: Policy) -> str:
-        if obj.pk is None:
-            return "Save the policy first."
-        return format_html(
-            '<a href="{}">Test this policy…</a>',
-            reverse("admin:policies_policy_test", args=[obj.pk]),
-        )
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        super().save_related(request, form, formsets, change)
-        if change and (form.has_changed() or any(f.has_changed() for f in formsets)):
-            policy_bump_version(policy=form.instance)
-
-    def changeform_view(
-        self,
-        request: HttpRequest,
-        object_id: Any = None,
-        form_url: str = "",
-        extra_context: Any = None,
-    ) -> HttpResponse:
-        if request.method == "POST" and "_simulate" in request.POST and object_id:
-            return self.simulate_view(request, object_id)
-        return super().changeform_view(request, object_id, form_url, extra_context)
-
-    def simulate_view(self, request: HttpRequest, object_id: Any) -> HttpResponse:
-        """The edit in the form, decided against recent calls, and nothing saved."""
-        row = self.get_object(request, object_id)
-        if row is None or not self.has_change_permission(request, row):
-            raise PermissionDenied("Your role may not edit policies.")
-        current = policy_from_row(row)
-        form = self.get_form(request, row, change=True)(request.POST, instance=row)
-        formsets, _ = self._create_formsets(request, row, change=True)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": f"What this edit of {current.name} would change",
-            "policy": row,
-        }
-        if form.is_valid() and all_valid(formsets):
-            rows = sorted(
-                (
-                    f.cleaned_data
-                    for f in formsets[0].forms
-                    if f.cleaned_data and not f.cleaned_data.get("DELETE")
-                ),
-                key=lambda data: data["order"],
-            )
-            edited = CorePolicy(
-                current.name,
-                form.cleaned_data["ceiling"],
-                tuple(
-                    Rule(d["key"], d["tool"], d["decision"], d.get("path", ""), d.get("reason", ""))
-                    for d in rows
-                ),
-            )
-            context["looked"], context["changed"] = policy_edit_effect(
-                current=current, edited=edited
-            )
-        else:
-            context["error"] = "The edit has errors; go back to the form and fix them first."
-        return TemplateResponse(request, "admin/policies/policy_simulation.html", context)
-
-    def get_urls(self) -> list:
-        wrap = self.admin_site.admin_view
-        return [
-            path("<int:pk>/test/", wrap(self.test_view), name="policies_policy_test"),
-            *super().get_urls(),
-        ]
-
-    def test_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """ "Test a rule": a call in, the decision, the rule that decided and every rule
-        considered out — the same engine the runs use."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied("Your role may not read policies.")
-        row = get_object_or_404(Policy, pk=pk)
-        form = PolicyTestForm(request.GET or None)
-        report = error = None
-        if form.is_valid():
-            try:
-                verdict = permission_check(
-                    policy=policy_from_row(row),
-                    tool=form.cleaned_data["tool"],
-                    path=form.cleaned_data["path"] or None,
-                    arguments=parse_arguments(form.cleaned_data["arguments"]),
-                )
-            except (PolicyError, PathRefused) as problem:
-                error = str(problem)
-            else:
-                report = verdict_report(verdict)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"Test policy {row}",
-            "policy": row,
-            "form": form,
-            "report": report,
-            "error": error,
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/policies/policy_test.html", context)
-
-
-@admin.register(ToolDefinition)
-class ToolDefinitionAdmin(admin.ModelAdmin):
-    """The tool registry (SPEC T1, T2): admins tune descriptions, timeouts and retries."""
-
-    list_display = (
-        "name",
-        "permission_level",
-        "side_effect",
-        "timeout_sec",
-        "retry",
-        "approval_required",
-        "enabled",
-        "source",
-    )
-    list_filter = ("source", "enabled", "permission_level", "side_effect")
-    search_fields = ("name", "description")
-
-
-@admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
-    """The MCP whitelist (SPEC T12). "Refresh tools" asks the server for its tools and puts
-    them in the registry; only the allowed ones can ever be called."""
-
-    list_display = ("name", "command", "permission_level", "rate_limit_per_minute", "enabled")
-    actions = ["refresh_tools"]
-
-    @admin.action(description="Refresh the tools of the selected servers")
-    def refresh_tools(self, request: HttpRequest, queryset: Any) -> None:
-        from runs.mcp_client import mcp_discover
-
-        for server in queryset:
-            try:
-                names = mcp_discover(server)
-            except Exception as error:  # the server would not start or answer: say so
-                self.message_user(
-                    request,
-                    f"{server.name}: could not list its tools ({type(error).__name__}: {error}).",
-                    messages.ERROR,
-                )
-            else:
-                self.message_user(request, f"{server.name}: {len(names)} tools in the registry.")
