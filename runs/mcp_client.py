@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 
 from policies.core.mcp_checks import check_mcp_call, path_arguments
 from policies.core.paths import PathRefused
-from policies.core.permissions import Call, Grant, Policy, decide
+from policies.core.permissions import Grant, Policy, decide_paths
 from policies.core.tool_specs import MAX_DESCRIPTION
 from policies.models import McpServer, ToolDefinition
 from policies.paths import resolve_in_workspace
@@ -129,17 +129,13 @@ def mcp_run(
         with contextlib.suppress(PathRefused):  # check 3 refuses it, with the reason
             resolved.append(resolve(value))
     # Every path is decided; the strictest verdict stands (a rename into .env is a deny).
-    order = ["allow", "ask", "ask_strong", "deny"]
-    verdict = max(
-        (
-            decide(
-                policy,
-                Call(definition.name, definition.permission_level, definition.side_effect, path),
-                list(grants or ()),
-            )
-            for path in (resolved or [None])
-        ),
-        key=lambda v: order.index(v.decision),
+    verdict = decide_paths(
+        policy,
+        definition.name,
+        definition.permission_level,
+        definition.side_effect,
+        resolved,
+        list(grants or ()),
     )
     first = resolved[0] if resolved else None
     facts = {

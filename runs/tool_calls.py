@@ -29,11 +29,12 @@ from jsonschema.exceptions import _Error as JsonSchemaError
 
 from policies.core.instructions import INSTRUCTION_FILE
 from policies.core.paths import PathRefused
-from policies.core.permissions import Call, Grant, Policy, decide
+from policies.core.permissions import Call, Grant, Policy, decide, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.instruction_cache import instructions_invalidate
 from policies.models import ToolDefinition
 from policies.paths import resolve_in_workspace
+from policies.permissions import PATH_ARGUMENTS
 
 from .doc_search import search_docs
 from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
@@ -43,7 +44,6 @@ from .tools.isolation import run_isolated
 
 MAX_RESULT_CHARS = 16_000
 TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
-PATH_ARGUMENTS = ("path", "source", "target")
 BACKOFF_SECONDS = 0.2
 
 
@@ -231,13 +231,7 @@ def tool_call_run(
         return refuse(str(error))
     record.path = (paths[0] if paths else "")[:1024]
     side_effect = _side_effect(definition)
-    verdicts = [
-        decide(policy, Call(tool, definition.permission_level, side_effect, path), grants)
-        for path in (paths or [None])
-    ]
-    # With two paths (a rename), the stricter verdict stands.
-    order = ["allow", "ask", "ask_strong", "deny"]
-    verdict = max(verdicts, key=lambda v: order.index(v.decision))
+    verdict = decide_paths(policy, tool, definition.permission_level, side_effect, paths, grants)
     record.decision, record.rule, record.reason = (
         verdict.decision,
         verdict.rule or "",

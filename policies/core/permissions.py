@@ -216,3 +216,19 @@ def tool_may_be_used(policy: Policy, tool: str, level: Level) -> bool:
     if any(rule.decision == "deny" and not rule.path for rule in naming):
         return False
     return any(rule.decision != "deny" for rule in naming)
+
+
+def decide_paths(
+    policy: Policy,
+    tool: str,
+    level: Level,
+    side_effect: SideEffect,
+    paths: Sequence[str],
+    grants: Sequence[Grant] = (),
+) -> Verdict:
+    """A call that touches several paths (a rename, an MCP tool with a source and a
+    destination) is decided for each; the strictest verdict stands. No path: one decision."""
+    verdicts = [
+        decide(policy, Call(tool, level, side_effect, path), grants) for path in (paths or [None])
+    ]
+    return max(verdicts, key=lambda verdict: DECISIONS.index(verdict.decision))
