@@ -2,6 +2,8 @@
 
 No global state: each run builds its registry and runs it. A handler returns ``None`` to let
 the chain go on, or :class:`Halt` to stop it (for ``pre_tool_use``: and the tool call).
+Admin-configured bindings, with time limits, fail-open and :class:`Replace`, run through
+:mod:`policies.core.hook_runner` instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ PHASES: Final[tuple[Phase, ...]] = get_args(Phase)
 @dataclass(frozen=True)
 class Halt:
     reason: str
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Go on, with these keys of the event changed for the handlers after this one and for
+    the caller (``{"output": redacted}`` after a tool ran). ``details`` is what the handler
+    wants recorded about what it did (``{"redacted": 2}``); it never reaches the event."""
+
+    changes: Mapping[str, Any]
+    details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 Handler = Callable[[Mapping[str, Any]], Halt | None]
@@ -73,3 +85,8 @@ class HookRegistry:
             if result is not None:
                 raise TypeError(f"Hook {handler!r} returned {result!r}; return None or Halt.")
         return Completed(ran=ran)
+
+
+class HookSettingsError(ValueError):
+    """A hook binding's settings that cannot build its handler; the message says which
+    setting and why, in words an admin can act on."""
