@@ -190,7 +190,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+# Runs resume from the database, not the broker (SPEC R9): the sweeper re-dispatches runs
+# whose worker's lease expired. A worker renews its lease every third of its length.
+HARNESS_RUN_LEASE_SECONDS = float(os.environ.get("HARNESS_RUN_LEASE_SECONDS", "30"))
+HARNESS_SWEEP_SECONDS = float(os.environ.get("HARNESS_SWEEP_SECONDS", "10"))
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {
+    "sweep-abandoned-runs": {"task": "runs.tasks.runs_sweep", "schedule": HARNESS_SWEEP_SECONDS}
+}
 if EMBEDDED:
     BROKER_DIR = VAR_DIR / "broker"
     for _folder in ("queue", "processed", "control"):
@@ -243,6 +249,16 @@ else:
 # The token counter behind every budget; an exact counter with the same three methods
 # (count, size, tokens_for_size) can replace the estimate here.
 HARNESS_TOKENIZER = os.environ.get("HARNESS_TOKENIZER", "policies.core.tokenizer.ByteEstimate")
+
+# Where offline replay scripts are found (SPEC R11): a request whose text, agent and
+# workspace match a script is answered by it, labelled "offline replay". Colon-separated.
+HARNESS_REPLAY_DIRS = [
+    Path(folder).resolve()
+    for folder in (
+        os.environ.get("HARNESS_REPLAY_DIRS") or str(BASE_DIR / "demo" / "replays")
+    ).split(os.pathsep)
+    if folder.strip()
+]
 
 # --- Auth ------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -202,3 +202,13 @@ class ReplayModel:
             request_id=f"replay-{self.position}",
             content=content,
         )
+
+
+def model_for_run(run: Any, *, position: int = 0) -> AnthropicModel | ReplayModel:
+    """The run's model: its replay script (resumed at ``position``, the model calls already
+    recorded), or the agent's Anthropic model."""
+    if run.replay_script:
+        model = ReplayModel.from_file(run.replay_script)
+        model.position = position
+        return model
+    return AnthropicModel(run.agent.model)

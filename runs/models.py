@@ -107,6 +107,17 @@ class Agent(models.Model):
     max_turns = models.PositiveIntegerField(
         default=50, validators=[MinValueValidator(1), MaxValueValidator(1000)]
     )
+    # Message compaction (SPEC R10): whole below the first, summarized above it, the oldest
+    # summaries dropped above the second; the newest turns always stay whole.
+    compaction_whole_tokens = models.PositiveIntegerField(
+        default=24_000, validators=[MinValueValidator(1_000), MaxValueValidator(2_000_000)]
+    )
+    compaction_summary_tokens = models.PositiveIntegerField(
+        default=48_000, validators=[MinValueValidator(2_000), MaxValueValidator(4_000_000)]
+    )
+    compaction_keep_turns = models.PositiveSmallIntegerField(
+        default=4, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -120,12 +131,21 @@ class Agent(models.Model):
 
         if not self.identity.strip():
             raise ValidationError({"identity": "An agent needs an identity."})
+        if self.compaction_summary_tokens <= self.compaction_whole_tokens:
+            raise ValidationError(
+                {
+                    "compaction_summary_tokens": "Must be above the whole-messages threshold "
+                    f"({self.compaction_whole_tokens})."
+                }
+            )
 
 
 class Run(models.Model):
     """One request handed to an agent, from creation to its final state (SPEC R6, R7)."""
 
-    Status = models.TextChoices("Status", [(s, s.replace("_", " ")) for s in run_status.STATUSES])
+    Status = models.TextChoices(
+        "Status", [(s.upper(), (s, s.replace("_", " "))) for s in run_status.STATUSES]
+    )
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
@@ -139,6 +159,37 @@ class Run(models.Model):
     # The last event sequence number handed out; incremented under the row lock, so events
     # of one run are numbered 1, 2, 3... in commit order whichever process appends them.
     event_seq = models.PositiveIntegerField(default=0)
+    # The structured task of the intake (SPEC R1): intent, risk, parameters, boundaries.
+    task = models.JSONField(default=dict, blank=True)
+    risk = models.CharField(max_length=16, blank=True)
+    # Which model answers: "anthropic", or "offline replay" with the script it plays.
+    model_label = models.CharField(max_length=32, blank=True)
+    model_name = models.CharField(max_length=100, blank=True)
+    replay_script = models.CharField(max_length=500, blank=True)
+    # Where the fixed flow is (SPEC R4) and the loop's checkpointed state (R5, R9).
+    stage = models.CharField(max_length=32, blank=True, default="intake")
+    loop = models.JSONField(default=dict, blank=True)
+    waiting_for = models.CharField(max_length=16, blank=True)  # "", "answer", "approval"
+    verification = models.JSONField(default=dict, blank=True)
+    compaction = models.JSONField(default=dict, blank=True)
+    # The lease (R9): a worker owns the run while lease_expires_at is in the future; every
+    # claim increments the fencing token, so a worker that lost its lease cannot write.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_token = models.PositiveBigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    # Token use summed over the run's model calls (each call's own row has the detail).
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_creation_input_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_input_tokens = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -146,7 +197,10 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "-created_at"])]
+        indexes = [
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["status", "lease_expires_at"], name="run_sweep_idx"),
+        ]
         permissions = [
             ("decide_approval", "Can decide approval requests of runs"),
             ("view_dashboards", "Can open the operations and retrospective dashboards"),
@@ -161,7 +215,7 @@ class Run(models.Model):
 
 
 class Step(models.Model):
-    """One stage of a run's fixed flow (SPEC R4, R7); later issues fill in its artifacts."""
+    """One stage of a run's fixed flow (SPEC R4, R7), with what went in and came out."""
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
     index = models.PositiveIntegerField()
@@ -169,6 +223,10 @@ class Step(models.Model):
     status = models.CharField(max_length=32, default="running")
     input = models.JSONField(default=dict, blank=True)
     output = models.JSONField(default=dict, blank=True)
+    input_artifacts = models.JSONField(default=list, blank=True)
+    output_artifacts = models.JSONField(default=list, blank=True)
+    verification = models.CharField(max_length=16, blank=True)  # "", pass, fail, skipped
+    error = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -228,10 +286,69 @@ class RunEvent(models.Model):
         raise AppendOnlyError("Run events are append-only; they cannot be deleted.")
 
 
+class Message(models.Model):
+    """One message of a run's conversation, appended once and never changed (SPEC R9).
+
+    Storage grows with the steps: a turn adds its assistant message and one row per tool
+    result; consecutive tool results are joined into one user message when sent.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    index = models.PositiveIntegerField()
+    role = models.CharField(max_length=16)  # user | assistant
+    kind = models.CharField(max_length=16, default="text")  # task | text | assistant | tool_result
+    turn = models.PositiveIntegerField(default=0)
+    tool_use_id = models.CharField(max_length=120, blank=True)
+    content = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="message_unique_index"),
+            models.UniqueConstraint(
+                fields=["run", "tool_use_id"],
+                condition=~models.Q(tool_use_id=""),
+                name="message_one_result_per_tool_use",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} message {self.index} ({self.role})"
+
+
+class ModelCall(models.Model):
+    """One model request of a run: its usage is recorded here exactly once (SPEC R11, O4)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
+    turn = models.PositiveIntegerField()
+    label = models.CharField(max_length=32)  # "anthropic" or "offline replay"
+    model = models.CharField(max_length=100)
+    request_id = models.CharField(max_length=200, blank=True)
+    stop_reason = models.CharField(max_length=32)
+    text = models.TextField(blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cache_creation_input_tokens = models.PositiveIntegerField(default=0)
+    cache_read_input_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "turn"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "turn"], name="model_call_once_per_turn")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} turn {self.turn}"
+
+
 class ToolCall(models.Model):
     """One tool call, decided and (when allowed) run; every check is kept (SPEC P6, O4)."""
 
     STATUSES = [
+        ("running", "running"),  # started; a worker that died here is reconciled on resume
         ("refused", "refused"),  # the policy did not allow it, or the input was bad
         ("ok", "ok"),
         ("error", "error"),
@@ -246,6 +363,8 @@ class ToolCall(models.Model):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # The model's tool_use id (or the harness's own, such as commit:<path>): one call per id.
+    tool_use_id = models.CharField(max_length=200, blank=True)
     tool = models.CharField(max_length=120)
     arguments = models.JSONField(default=dict)
     path = models.CharField(max_length=1024, blank=True)
@@ -259,12 +378,29 @@ class ToolCall(models.Model):
     output = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
+    # Before a write tool runs, the bytes of the files it may touch (base64; None: absent),
+    # so a worker that died mid-call can tell on resume whether the write happened.
+    pre_images = models.JSONField(default=dict, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
         indexes = [models.Index(fields=["tool", "-started_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "tool_use_id"],
+                condition=~models.Q(tool_use_id=""),
+                name="tool_call_once_per_tool_use",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.status} ({self.decision})"

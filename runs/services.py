@@ -7,15 +7,17 @@ an event that rolled back.
 from __future__ import annotations
 
 import logging
+import os
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from .core import status as run_status
+from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
 from .live import event_publish
 from .models import Agent, Run, RunEvent, Workspace
 
@@ -49,7 +51,16 @@ def run_event_append(*, run_id: Any, type: str, payload: dict[str, Any] | None =
 def run_create(
     *, agent: Agent, workspace: Workspace, requester: Any, request: str, dispatch: bool = True
 ) -> Run:
-    """Record a new run and, once committed, hand it to a worker."""
+    """Record a new run and, once committed, hand it to a worker.
+
+    The intake runs here too (it is pure and fast), so the answer to the requester already
+    says the risk and what is missing; the worker repeats it as its first stages and
+    records them. A request no model can answer (no replay script matches it and no API
+    key is set) is refused before anything is stored.
+    """
+    from .core.intake import intake
+    from .replays import replay_for
+
     text = (request or "").strip()
     if not text:
         raise ValidationError({"request": "Describe the task: the request is empty."})
@@ -57,9 +68,30 @@ def run_create(
         raise ValidationError(
             {"request": f"The request is {len(text)} characters; the limit is {MAX_REQUEST_CHARS}."}
         )
+    script = replay_for(agent=agent.slug, workspace=workspace.slug, request=text)
+    if script is None and not os.environ.get("ANTHROPIC_API_KEY", "").strip():
+        raise ValidationError(
+            {
+                "request": "No model can answer this request: ANTHROPIC_API_KEY is not set, "
+                "and no offline replay script matches this request, agent and workspace. "
+                "Pick one of the example tasks, or set the key."
+            }
+        )
+    try:
+        task = intake(text)
+    except ValueError as error:
+        raise ValidationError({"request": str(error)}) from None
     with transaction.atomic():
         run = Run.objects.create(
-            agent=agent, workspace=workspace, requester=requester, request=text
+            agent=agent,
+            workspace=workspace,
+            requester=requester,
+            request=text,
+            task=task.to_json(),
+            risk=task.risk.level,
+            model_label=OFFLINE_REPLAY if script else ANTHROPIC,
+            model_name=agent.model if script is None else f"replay of {script.path.name}",
+            replay_script=str(script.path) if script else "",
         )
         run_event_append(
             run_id=run.pk,
@@ -68,6 +100,8 @@ def run_create(
                 "agent": agent.slug,
                 "workspace": workspace.slug,
                 "requester": requester.get_username(),
+                "model": run.model_label,
+                "risk": run.risk,
             },
         )
         if dispatch:
@@ -76,10 +110,159 @@ def run_create(
 
 
 def run_dispatch(*, run_id: Any) -> None:
-    """Queue the run for a worker; imported late so services stay importable without Celery."""
-    from .tasks import run_start
+    """Queue the run for a worker; imported late so services stay importable without Celery.
 
-    run_start.delay(str(run_id))
+    A lost message is harmless: the sweeper finds an unclaimed run and dispatches it again.
+    """
+    from .tasks import run_execute
+
+    try:
+        run_execute.delay(str(run_id))
+    except Exception:
+        logger.exception("Could not queue run %s; the sweeper will.", run_id)
+
+
+def _may_act(user: Any, run: Run, what: str) -> None:
+    """The requester acts on their own run; operators and admins on any."""
+    if not user.is_authenticated:
+        raise PermissionDenied(f"Log in to {what}.")
+    if run.requester_id == user.pk and user.has_perm("runs.add_run"):
+        return
+    if user.has_perm("runs.change_run"):
+        return
+    raise PermissionDenied(f"Only the requester or an operator may {what} this run.")
+
+
+def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
+    """The requester answers the intake's questions (SPEC R3); the run resumes its intake.
+
+    Answers are checked by the intake itself: one that does not fill its parameter (say,
+    a path outside the workspace) is refused with the question, and nothing changes.
+    """
+    from .core.intake import intake
+
+    _may_act(user, run, "answer for")
+    if not isinstance(answers, dict) or not answers:
+        raise ValidationError({"answers": "Give at least one answer, as name: text."})
+    clean: dict[str, str] = {}
+    for name, value in answers.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ValidationError({"answers": f"The answer to {name!r} is empty."})
+        if len(value) > 2000:
+            raise ValidationError({"answers": f"The answer to {name!r} is over 2000 characters."})
+        clean[str(name)[:64]] = value.strip()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status != run_status.WAITING_FOR_APPROVAL or run.waiting_for != "answer":
+            raise ValidationError({"answers": "This run is not waiting for an answer."})
+        asked = {m["name"] for m in (run.task or {}).get("missing", [])}
+        unknown = sorted(set(clean) - asked)
+        if unknown:
+            raise ValidationError(
+                {
+                    "answers": f"Nothing asked for {', '.join(unknown)}; "
+                    f"asked: {', '.join(sorted(asked))}."
+                }
+            )
+        previous = dict((run.task or {}).get("answers") or [])
+        merged = {**previous, **clean}
+        task = intake(run.request, answers=merged)
+        still = {m.name: m.question for m in task.missing if m.name in clean}
+        if still:
+            raise ValidationError(
+                {"answers": " ".join(f"{name}: {q}" for name, q in still.items())}
+            )
+        data = task.to_json()
+        Run.objects.filter(pk=run.pk).update(task=data, risk=task.risk.level, waiting_for="")
+        run_event_append(
+            run_id=run.pk,
+            type="intake.answered",
+            payload={"by": user.get_username(), "answers": clean},
+        )
+        run_transition(run_id=run.pk, to=run_status.PLANNING)
+        transaction.on_commit(partial(run_dispatch, run_id=run.pk))
+    run.refresh_from_db()
+    return run
+
+
+def run_cancel(*, run: Run, user: Any) -> Run:
+    """Stop a run. One that holds no worker (waiting, or not yet claimed) fails at once;
+    a working one is told, and its worker stops at its next checkpoint."""
+    from approvals.models import ApprovalRequest
+
+    _may_act(user, run, "cancel")
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
+            raise ValidationError({"run": f"The run has ended ({run.status}); nothing to cancel."})
+        if run.cancel_requested_at is not None:
+            return run
+        Run.objects.filter(pk=run.pk).update(cancel_requested_at=now, cancel_requested_by=user)
+        run_event_append(
+            run_id=run.pk, type="run.cancel_requested", payload={"by": user.get_username()}
+        )
+        idle = run.status == run_status.WAITING_FOR_APPROVAL or not (
+            run.lease_expires_at and run.lease_expires_at > now
+        )
+        if idle:
+            ApprovalRequest.objects.filter(run=run, status="pending").update(
+                status="cancelled", decided_at=now
+            )
+            reason = f"cancelled by {user.get_username()}"
+            run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+            run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
+    run.refresh_from_db()
+    return run
+
+
+def run_rollback(*, run: Run, user: Any) -> list[str]:
+    """Undo a completed run's writes (SPEC R8), newest first, all or nothing.
+
+    Every file must still hold what the run wrote; if one changed since, nothing is
+    restored and the refusal names it.
+    """
+    from .models import WriteRecord
+    from .tool_calls import RollbackRefused
+
+    if not (user.is_authenticated and (user.has_perm("runs.decide_approval") or user.is_superuser)):
+        raise PermissionDenied("Only approvers and admins roll back runs.")
+    if run.status != run_status.COMPLETED:
+        raise RollbackRefused(f"Only a completed run can be rolled back; this one is {run.status}.")
+    from policies.paths import resolve_in_workspace
+
+    records = list(
+        WriteRecord.objects.filter(tool_call__run=run, rolled_back_at__isnull=True)
+        .select_related("tool_call")
+        .order_by("-tool_call__finished_at", "-order")
+    )
+    if not records:
+        raise RollbackRefused("This run wrote nothing that can be rolled back.")
+    targets = []
+    for record in records:
+        target = resolve_in_workspace(run.workspace.root, record.path).absolute
+        current = target.read_bytes() if target.is_file() else None
+        expected = bytes(record.after) if record.after is not None else None
+        if current != expected:
+            raise RollbackRefused(
+                f"{record.path} changed since this run wrote it; nothing was rolled back."
+            )
+        targets.append((record, target))
+    with transaction.atomic():
+        for record, target in targets:
+            if record.before is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(bytes(record.before))
+            WriteRecord.objects.filter(pk=record.pk).update(rolled_back_at=timezone.now())
+        paths = [record.path for record, _ in targets]
+        run_transition(
+            run_id=run.pk,
+            to=run_status.ROLLED_BACK,
+            detail={"by": user.get_username(), "paths": paths},
+        )
+    return paths
 
 
 def run_transition(

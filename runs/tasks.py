@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import logging
+import os
+
 from asgiref.sync import async_to_sync
 from celery import shared_task
 from channels.layers import get_channel_layer
 
-from . import services
+from . import flow, leases, services
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
-def run_start(run_id: str) -> None:
-    """At-most-once: the claim is a conditional update, so a duplicate delivery does nothing.
+def run_execute(run_id: str) -> None:
+    """Drive a run until it waits for a person or ends (runs.flow).
 
-    No retries: a run whose worker died is found again by the sweeper, not by redelivery.
+    A duplicate delivery does nothing: the claim is a conditional update on the lease. No
+    retries: a run whose worker died is found again by the sweeper, not by redelivery.
     """
-    services.run_claim(run_id=run_id, worker=run_start.request.hostname or "worker")
+    worker = f"{run_execute.request.hostname or 'worker'}:{os.getpid()}"
+    flow.run_execute(run_id=run_id, worker=worker)
+
+
+@shared_task(ignore_result=True)
+def runs_sweep() -> int:
+    """Re-dispatch active runs nobody holds (a killed worker, a lost message)."""
+    found = leases.runs_to_sweep()
+    for run_id in found:
+        logger.info("Sweeper re-dispatches run %s", run_id)
+        services.run_dispatch(run_id=run_id)
+    return len(found)
 
 
 @shared_task(ignore_result=True)

@@ -18,10 +18,10 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -117,11 +117,19 @@ def _run_mcp(
     policy: Policy,
     grants: Sequence[Grant],
     refuse: Any,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> ToolCall:
     """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
     the external call's request id is kept with the output)."""
     from .mcp_client import mcp_run
 
+    if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
+        record.status = "running"
+        try:
+            with transaction.atomic():
+                record.save(force_insert=True)
+        except IntegrityError:
+            raise ToolCallStarted(f"Tool call {record.tool_use_id} was started already.") from None
     facts, reply = mcp_run(
         definition=definition,
         workspace=workspace,
@@ -136,7 +144,7 @@ def _run_mcp(
         record.decision = record.decision if facts["refused"].startswith("approval") else "deny"
         return refuse(facts["refused"], record.decision)
     record.attempts = 1
-    return _record(record, reply)
+    return _record(record, reply, transform)
 
 
 def _clean(value: Any) -> Any:
@@ -177,6 +185,13 @@ def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return shown, full
 
 
+class ToolCallStarted(Exception):
+    """Another worker already started this tool_use; it never runs twice."""
+
+
+BoundaryCheck = Callable[[str, list[str]], str | None]
+
+
 def tool_call_run(
     *,
     workspace: Workspace,
@@ -186,10 +201,22 @@ def tool_call_run(
     run: Run | None = None,
     user: Any = None,
     grants: Sequence[Grant] | None = None,
+    tool_use_id: str = "",
+    hold_asks: bool = False,
+    approved_by: Any = None,
+    boundary: BoundaryCheck | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
-    Within a run, the run's active grants apply unless others are given.
+    Within a run, the run's active grants apply unless others are given. In a run's loop:
+    ``tool_use_id`` makes the call happen at most once (a row marked running is inserted
+    before the tool runs, with the bytes of the files it may write); ``hold_asks`` returns
+    an unsaved record when the policy asks a person, so the caller can ask one;
+    ``approved_by`` is that person's yes for this one call (a deny still wins); and
+    ``boundary`` refuses what the task's boundaries exclude (rule ``task-boundary``);
+    ``transform`` (the post_tool_use hooks) rewrites the output before anything stores or
+    shows it, so a redacted secret reaches neither the model, the page nor an artifact.
     """
     if grants is None:
         from .grants import grants_for_run
@@ -198,6 +225,7 @@ def tool_call_run(
     record = ToolCall(
         workspace=workspace,
         run=run,
+        tool_use_id=tool_use_id[:200],
         tool=tool[:120],
         arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
         policy_name=policy.name,
@@ -224,12 +252,15 @@ def tool_call_run(
     if problems:
         return refuse(f"Bad input for {tool}: {problems}.")
     if definition.source == "mcp":
-        return _run_mcp(record, definition, workspace, arguments, policy, grants, refuse)
+        return _run_mcp(record, definition, workspace, arguments, policy, grants, refuse, transform)
     try:
         paths = _paths(arguments, workspace)
     except PathRefused as error:
         return refuse(str(error))
     record.path = (paths[0] if paths else "")[:1024]
+    if boundary is not None and (outside := boundary(tool, paths)):
+        record.rule, record.reason = "task-boundary", outside
+        return refuse(f"deny: {outside}", "deny")
     side_effect = _side_effect(definition)
     verdict = decide_paths(policy, tool, definition.permission_level, side_effect, paths, grants)
     record.decision, record.rule, record.reason = (
@@ -238,10 +269,20 @@ def tool_call_run(
         verdict.reason,
     )
     record.human_only = verdict.human_only
-    if verdict.decision != "allow":
+    asks = verdict.decision in ("ask", "ask_strong")
+    if asks and approved_by is not None:
+        who = approved_by.get_username()
+        record.decision, record.approved_by = "allow", approved_by
+        record.reason = f"{verdict.reason}; approved by {who}"
+    elif asks and hold_asks:
+        record.status = "ask"
+        return record  # unsaved: the caller asks a person
+    if record.decision != "allow":
         return refuse(f"{verdict.decision}: {verdict.reason}", verdict.decision)
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
+    if run is not None and tool_use_id:
+        _journal(record, definition, paths, workspace, drafts)
     context = {
         "policy": policy_to_context(policy),
         "tool": {"name": tool, "level": definition.permission_level, "side_effect": side_effect},
@@ -259,9 +300,118 @@ def tool_call_run(
         reply, record.attempts = IN_PROCESS[tool](workspace, arguments, policy, grants), 1
     else:
         reply, record.attempts = _execute(definition, workspace, str(drafts), arguments, context)
-    record = _record(record, reply)
+    record = _record(record, reply, transform)
     _after_writes(record, workspace)
     return record
+
+
+def _journal(
+    record: ToolCall,
+    definition: ToolDefinition,
+    paths: list[str],
+    workspace: Workspace,
+    drafts: Any,
+) -> None:
+    """Insert the call as running before it runs; a second worker cannot (unique id)."""
+    if _side_effect(definition) == "filesystem_write" and _recoverable(definition):
+        record.pre_images = {
+            f"{area}:{path}": _image(base / path)
+            for path in paths
+            for area, base in (("workspace", workspace.root_path), ("drafts", drafts))
+        }
+    record.status = "running"
+    try:
+        with transaction.atomic():
+            record.save(force_insert=True)
+    except IntegrityError:
+        raise ToolCallStarted(f"Tool call {record.tool_use_id} was started already.") from None
+
+
+RECOVERABLE_WRITES = frozenset(
+    {"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"}
+)
+MAX_PRE_IMAGE_BYTES = 4 * 1024 * 1024
+
+
+def _recoverable(definition: ToolDefinition) -> bool:
+    return (definition.implementation or definition.name) in RECOVERABLE_WRITES
+
+
+def _image(path: Any) -> str | None:
+    try:
+        if not path.is_file():
+            return None
+        if path.stat().st_size > MAX_PRE_IMAGE_BYTES:
+            return "too-large"
+        return base64.b64encode(path.read_bytes()).decode()
+    except OSError:
+        return "unreadable"
+
+
+def tool_call_recover(*, record: ToolCall) -> str:
+    """A call found running after its worker died: did it take effect?
+
+    ``"rerun"``: it had no effect yet (or none it could have), so it may run now — the
+    running row is removed first; ``"recovered"``: its writes are on disk, so they are
+    recorded from the bytes before and after, exactly once; ``"unknown"``: a call with
+    effects we cannot observe (shell, network, publish) is never repeated, and the model
+    is told its outcome is unknown.
+    """
+    definition = ToolDefinition.objects.filter(name=record.tool).first()
+    if definition is None or _side_effect(definition) == "none":
+        record.delete()
+        return "rerun"
+    images = record.pre_images or {}
+    if not _recoverable(definition) or not images or "too-large" in images.values():
+        record.status, record.finished_at = "error", timezone.now()
+        record.error = (
+            "The worker stopped during this call; its outcome is unknown, so it was not repeated."
+        )
+        record.output = {"ok": False, "error": record.error, "interrupted": True}
+        record.save()
+        return "unknown"
+    drafts = record.workspace.drafts_path / str(record.run_id)
+    changed: list[tuple[str, bytes | None, bytes | None]] = []
+    for key, before in images.items():
+        area, path = key.split(":", 1)
+        base = record.workspace.root_path if area == "workspace" else drafts
+        now = _image(base / path)
+        if now != before and area == "workspace":
+            changed.append((path, _decode(before), _decode(now)))
+        elif now != before:
+            changed.append(("", None, None))  # a draft changed: the call ran
+    if not changed:
+        record.delete()
+        return "rerun"
+    writes = [
+        {
+            "path": path,
+            "before": None if before is None else base64.b64encode(before).decode(),
+            "after": None if after is None else base64.b64encode(after).decode(),
+        }
+        for path, before, after in changed
+        if path
+    ]
+    if definition.implementation == "commitDraft" or record.tool == "commitDraft":
+        for path, _, after in changed:
+            draft = drafts / path
+            if path and draft.is_file() and draft.read_bytes() == after:
+                draft.unlink()  # the commit wrote the file but died before removing its draft
+    _record(
+        record,
+        {
+            "ok": True,
+            "path": record.path,
+            "recovered": True,
+            "summary": "The call had completed when its worker stopped; recovered from disk.",
+            "writes": writes,
+        },
+    )
+    return "recovered"
+
+
+def _decode(image: str | None) -> bytes | None:
+    return None if image is None else base64.b64decode(image)
 
 
 def _side_effect(definition: ToolDefinition) -> str:
@@ -279,9 +429,15 @@ def _after_writes(record: ToolCall, workspace: Workspace) -> None:
         instructions_invalidate(root=workspace.root)
 
 
-def _record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
+def _record(
+    record: ToolCall,
+    reply: dict[str, Any],
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> ToolCall:
     writes = reply.pop("writes", [])
     reply = _clean(reply)
+    if transform is not None:
+        reply = transform(reply)
     record.status = "ok" if reply.get("ok") else ("timeout" if reply.get("timed_out") else "error")
     record.error = "" if reply.get("ok") else str(reply.get("error", "failed"))
     shown, full = _truncate(reply)

@@ -30,6 +30,16 @@ from .stack import CHROMIUM_ARGS, CHROMIUM_EXECUTABLE, LiveStack, clear_broker_f
 # Playwright's sync API runs an event loop in the test thread; ORM calls there are safe.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
+# The tests' own offline replay scripts, beside the demo's; the live stack inherits this.
+ROOT = Path(__file__).resolve().parent.parent
+REPLAY_DIRS = [ROOT / "demo" / "replays", ROOT / "tests" / "replays"]
+os.environ["HARNESS_REPLAY_DIRS"] = os.pathsep.join(str(d) for d in REPLAY_DIRS)
+settings.HARNESS_REPLAY_DIRS = REPLAY_DIRS
+# Short leases, so the sweeper finds a killed worker's run in seconds, not half a minute.
+os.environ.setdefault("HARNESS_RUN_LEASE_SECONDS", "4")
+os.environ.setdefault("HARNESS_SWEEP_SECONDS", "1")
+settings.HARNESS_RUN_LEASE_SECONDS = float(os.environ["HARNESS_RUN_LEASE_SECONDS"])
+
 PASSWORD = "correct horse battery staple"
 EVERYWHERE = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -154,3 +164,45 @@ def fresh_instruction_cache() -> None:
 
     instruction_cache.instructions_invalidate()
     instruction_cache._memo.clear()
+
+
+@pytest.fixture
+def seeded(django_db_blocker) -> None:
+    """The rows the migrations seed — the default policy and the built-in tools — which a
+    transactional test's flush removes; for tests that run the whole flow."""
+    from policies.core.default_policy import DEFAULT_POLICY
+    from policies.core.tool_specs import BUILTIN_TOOLS
+    from policies.models import Policy, PolicyRule, ToolDefinition
+
+    policy, created = Policy.objects.get_or_create(
+        name=DEFAULT_POLICY.name, defaults={"ceiling": DEFAULT_POLICY.ceiling}
+    )
+    if created:
+        for order, rule in enumerate(DEFAULT_POLICY.rules, start=1):
+            PolicyRule.objects.create(
+                policy=policy,
+                order=order * 10,
+                key=rule.id,
+                tool=rule.tool,
+                path=rule.path,
+                decision=rule.decision,
+                reason=rule.reason,
+            )
+    for spec in BUILTIN_TOOLS.values():
+        ToolDefinition.objects.get_or_create(
+            name=spec.name,
+            defaults={
+                "description": spec.description,
+                "input_schema": spec.input_schema,
+                "permission_level": spec.level,
+                "side_effect": spec.side_effect,
+                "timeout_sec": spec.timeout_sec,
+                "retry": spec.retry,
+                "approval_required": spec.approval_required,
+                "source": "builtin",
+                "enabled": True,
+            },
+        )
+
+
+SEEDED = [EVERYWHERE, pytest.mark.usefixtures("seeded")]

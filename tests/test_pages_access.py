@@ -126,18 +126,37 @@ def test_an_operator_submits_a_run(
             {
                 "agent": agent.pk,
                 "workspace": workspace.pk,
-                "request": "  Update the changelog  ",
+                "request": "  Fix the broken link in docs/configuration.md  ",
             },
         )
     run = Run.objects.get()
     assert response["Location"] == reverse("runs:detail", args=[run.pk])
     assert (run.request, run.requester, run.status) == (
-        "Update the changelog",
+        "Fix the broken link in docs/configuration.md",
         personas.operator,
         "created",
     )
+    assert (run.model_label, run.risk, run.task["intent"]) == (
+        "offline replay",
+        "low",
+        "doc_update",
+    )
     assert [e.type for e in run.events.all()] == ["run.created"]
     assert callbacks, "the run is handed to a worker once committed"
+
+
+def test_a_request_no_model_can_answer_is_refused_and_nothing_is_stored(
+    client, personas, agent, workspace, monkeypatch
+):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    client.force_login(personas.operator)
+    response = client.post(
+        reverse("runs:new"),
+        {"agent": agent.pk, "workspace": workspace.pk, "request": "Update the changelog"},
+    )
+    assert response.status_code == 400
+    assert "No model can answer this request" in response.content.decode()
+    assert not Run.objects.exists()
 
 
 @pytest.mark.parametrize(

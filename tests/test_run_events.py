@@ -21,7 +21,7 @@ def test_events_are_numbered_from_one_per_run(run, agent, workspace, personas):
         agent=agent,
         workspace=workspace,
         requester=personas.operator,
-        request="Another",
+        request="Summarize docs/release-notes.md",
         dispatch=False,
     )
     run_event_append(run_id=run.pk, type="note", payload={"n": 1})

@@ -145,3 +145,30 @@ def step(state: LoopState, event: Event) -> tuple[LoopState, NextStep]:
     if not event.ok and not event.recoverable:
         return _terminate(state, "failed", f"tool call {event.tool_use_id} failed for good")
     return _after_tools(replace(state, pending=state.pending[1:]))
+
+
+def state_to_json(state: LoopState) -> dict[str, object]:
+    """The checkpointed form of the loop (SPEC R9): plain JSON, restored by state_from_json."""
+    return {
+        "phase": state.phase,
+        "turn": state.turn,
+        "max_turns": state.max_turns,
+        "pending": list(state.pending),
+        "outcome": state.outcome,
+    }
+
+
+def state_from_json(data: dict[str, object]) -> LoopState:
+    phase = data.get("phase")
+    if phase not in (REQUEST, TOOL_EXEC, CONTINUE, WAITING, TERMINATE):
+        raise InvalidLoopEvent(f"A checkpoint with an unknown phase {phase!r}.")
+    pending = data.get("pending") or []
+    if not isinstance(pending, list) or not all(isinstance(p, str) for p in pending):
+        raise InvalidLoopEvent("A checkpoint whose pending tool calls are not a list of ids.")
+    return LoopState(
+        phase=phase,  # type: ignore[arg-type]
+        turn=int(data.get("turn", 0)),  # type: ignore[call-overload]
+        max_turns=int(data.get("max_turns", 50)),  # type: ignore[call-overload]
+        pending=tuple(pending),
+        outcome=str(data.get("outcome", "")),
+    )

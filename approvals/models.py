@@ -1,0 +1,75 @@
+"""Approval requests (SPEC P5, A3): a run that needs a person waits on one of these."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class ApprovalRequest(models.Model):
+    """One question to a person, and its answer; a run waiting on it holds no worker.
+
+    Kinds: a tool call the policy asked about (``tool_call``), the commit of a run's drafts
+    after verification (``commit``), or a plan the model asked a person to approve
+    (``plan``). The decision is taken once: of two concurrent decisions exactly one wins.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+        INVALIDATED = "invalidated"
+
+    class Kind(models.TextChoices):
+        TOOL_CALL = "tool_call", "tool call"
+        COMMIT = "commit", "commit drafts"
+        PLAN = "plan", "plan"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="approvals")
+    kind = models.CharField(max_length=16, choices=Kind)
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    tool_use_id = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=120, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    paths = models.JSONField(default=list, blank=True)
+    diff = models.TextField(blank=True)
+    summary = models.TextField(blank=True)
+    rule = models.CharField(max_length=63, blank=True)
+    reason = models.TextField(blank=True)  # why it asks: the rule's reason
+    risk = models.CharField(max_length=16, blank=True)
+    strong_confirmation = models.BooleanField(default=False)  # type the path to approve
+    # What the approver is shown, bound to what runs: arguments and file digests (A-binding).
+    digest = models.CharField(max_length=64, blank=True)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_decisions",
+    )
+    comment = models.TextField(blank=True)
+    remember = models.BooleanField(default=False)  # "remember for this run" (P4)
+
+    class Meta:
+        ordering = ["requested_at"]
+        indexes = [models.Index(fields=["status", "requested_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "kind", "tool_use_id"], name="approval_once_per_question"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} for run {self.run_id} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == self.Status.PENDING

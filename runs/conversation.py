@@ -1,0 +1,77 @@
+"""A run's conversation as the Messages API wants it, rebuilt from its append-only rows.
+
+Each row is written once, inside the checkpoint of the turn that made it (SPEC R9); the
+API's shape (alternating roles, all tool results of a turn in one user message) is
+derived here, so a resumed run sends exactly what an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db.models import Max
+
+from .models import Message, Run
+
+
+def messages_for_api(rows: list[Message]) -> list[dict[str, Any]]:
+    """Consecutive rows of the same role are joined into one message."""
+    messages: list[dict[str, Any]] = []
+    for row in rows:
+        blocks = _blocks(row.content)
+        if messages and messages[-1]["role"] == row.role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": row.role, "content": list(blocks)})
+    return messages
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, dict):
+        return [content]
+    return [dict(block) for block in content]
+
+
+def message_append(
+    *,
+    run: Run,
+    role: str,
+    kind: str,
+    content: Any,
+    turn: int = 0,
+    tool_use_id: str = "",
+) -> Message:
+    """Append one row after the last; call inside the turn's checkpoint transaction."""
+    last = Message.objects.filter(run=run).aggregate(last=Max("index"))["last"]
+    return Message.objects.create(
+        run=run,
+        index=(last or 0) + 1 if last is not None else 0,
+        role=role,
+        kind=kind,
+        content=content,
+        turn=turn,
+        tool_use_id=tool_use_id[:120],
+    )
+
+
+def tool_result_block(tool_use_id: str, output: dict[str, Any]) -> dict[str, Any]:
+    """What the model reads of a tool call: the T4 output as JSON, flagged when it failed."""
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": json.dumps(output, ensure_ascii=False, default=str),
+        "is_error": not output.get("ok", False),
+    }
+
+
+def last_tool_use(rows: list[Message], tool_use_id: str) -> dict[str, Any] | None:
+    for row in reversed(rows):
+        if row.role != "assistant":
+            continue
+        for block in _blocks(row.content):
+            if block.get("type") == "tool_use" and block.get("id") == tool_use_id:
+                return block
+    return None

@@ -1,0 +1,159 @@
+"""Who runs a run right now (SPEC R9): a lease in the run's own row, with a fencing token.
+
+The database is the source of truth, not the broker: the filesystem broker never
+redelivers a task whose worker died, and Redis redelivers only after its visibility
+timeout (../shared/NOTES.md). So:
+
+- a worker *claims* a run with one conditional update (free or expired lease only), which
+  also increments ``lease_token``; only one claimant can win;
+- while it works, a heartbeat thread renews the lease; every checkpoint is written inside
+  :func:`fenced`, which re-reads the token under the row lock, so a worker that lost its
+  lease (frozen past the expiry, then woken) cannot write another step;
+- a periodic sweeper re-dispatches active runs whose lease expired; a run waiting for a
+  person is not active in this sense and holds no lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .core import status as run_status
+from .models import Run
+
+logger = logging.getLogger(__name__)
+
+# A worker may hold these; created runs are claimed from the start, waiting ones never.
+CLAIMABLE = (run_status.CREATED, run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
+
+
+class LeaseLost(Exception):
+    """Another worker owns the run now; this one must stop without writing."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    run_id: Any
+    token: int
+    worker: str
+
+
+def lease_seconds() -> float:
+    return float(settings.HARNESS_RUN_LEASE_SECONDS)
+
+
+def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
+    """Take the run if nobody holds a live lease on it; None when another worker does."""
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = (
+            Run.objects.filter(pk=run_id, status__in=CLAIMABLE)
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+            .update(
+                lease_owner=worker[:200],
+                lease_token=F("lease_token") + 1,
+                lease_expires_at=now + timedelta(seconds=lease_seconds()),
+            )
+        )
+        if not claimed:
+            return None
+        token = Run.objects.filter(pk=run_id).values_list("lease_token", flat=True).get()
+    return Lease(run_id=run_id, token=token, worker=worker)
+
+
+def lease_renew(lease: Lease) -> bool:
+    expires = timezone.now() + timedelta(seconds=lease_seconds())
+    return bool(
+        Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
+            lease_expires_at=expires
+        )
+    )
+
+
+def lease_release(lease: Lease) -> None:
+    """Free the run (it waits for a person, or it ended); the token stays, as a fence."""
+    Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
+        lease_owner="", lease_expires_at=None
+    )
+
+
+@contextmanager
+def fenced(lease: Lease) -> Iterator[Run]:
+    """A transaction that commits only while ``lease`` is still the run's lease."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=lease.run_id)
+        if run.lease_token != lease.token:
+            raise LeaseLost(f"Run {lease.run_id} is now leased by {run.lease_owner or 'nobody'}.")
+        run.lease_expires_at = timezone.now() + timedelta(seconds=lease_seconds())
+        yield run
+        Run.objects.filter(pk=run.pk).update(lease_expires_at=run.lease_expires_at)
+
+
+class Heartbeat:
+    """Renews a lease every third of its length from a thread, until stopped.
+
+    The thread has its own database connection (Django's are per thread) and closes it.
+    If a renewal finds the lease gone, ``lost`` is set and the work stops at its next
+    checkpoint (the fence refuses it anyway).
+    """
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease, self.lost = lease, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=lease_seconds())
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(lease_seconds() / 3):
+                try:
+                    if not lease_renew(self.lease):
+                        self.lost = True
+                        return
+                except Exception:  # a busy database: try again next beat
+                    logger.warning("Could not renew the lease of run %s", self.lease.run_id)
+                    close_old_connections()
+        finally:
+            connection.close()
+
+
+def runs_to_sweep(*, limit: int = 500) -> list[Any]:
+    """Active runs nobody holds: a lease that expired, or a created run never claimed
+    (its task was lost with a killed worker on the filesystem broker)."""
+    now = timezone.now()
+    stale_created = now - timedelta(seconds=lease_seconds())
+    return list(
+        Run.objects.filter(status__in=CLAIMABLE)
+        .filter(
+            Q(lease_expires_at__lt=now)
+            | Q(
+                lease_expires_at__isnull=True,
+                status=run_status.CREATED,
+                created_at__lt=stale_created,
+            )
+            | Q(
+                lease_expires_at__isnull=True,
+                started_at__isnull=False,
+                updated_at__lt=stale_created,
+            )
+        )
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[:limit]
+    )
