@@ -17,6 +17,7 @@ urlpatterns = [
     path("runs/", include("runs.urls")),
     path("approvals/", include("approvals.urls")),
     path("dashboards/", dashboard, name="dashboards"),
+    path("api/", include("harness_console.api_urls")),
     path("admin/", admin.site.urls),
     # Pages that do not name an icon (the admin's) make browsers ask for this one.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),

@@ -1,0 +1,113 @@
+"""The approvals API (SPEC X3, P5): approvers list pending requests and decide them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from runs.api import django_errors
+
+from .models import ApprovalRequest
+from .services import AlreadyDecided, approval_decide
+
+
+class IsApprover(BasePermission):
+    message = "Only approvers see and decide approval requests."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.has_perm("runs.decide_approval"))
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run_id", read_only=True)
+    agent = serializers.CharField(source="run.agent.slug", read_only=True)
+    requester = serializers.CharField(source="run.requester.username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ApprovalRequest
+        fields = [
+            "id",
+            "run",
+            "agent",
+            "requester",
+            "kind",
+            "status",
+            "tool",
+            "arguments",
+            "paths",
+            "summary",
+            "diff",
+            "rule",
+            "reason",
+            "risk",
+            "strong_confirmation",
+            "requested_at",
+            "decided_at",
+            "decided_by",
+            "comment",
+        ]
+
+
+class DecideSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    confirm = serializers.CharField(required=False, allow_blank=True, max_length=1024, default="")
+    remember = serializers.BooleanField(required=False, default=False)
+
+
+class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsApprover]
+    serializer_class = ApprovalSerializer
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    def get_queryset(self) -> QuerySet[ApprovalRequest]:
+        approvals = ApprovalRequest.objects.select_related(
+            "run__agent", "run__requester", "decided_by"
+        )
+        if self.action == "list" and (value := self.request.query_params.get("status")):
+            if value not in ApprovalRequest.Status.values:
+                raise ValidationError(
+                    {"status": [f"Use one of {', '.join(ApprovalRequest.Status.values)}."]}
+                )
+            approvals = approvals.filter(status=value)
+        return approvals.order_by("requested_at")
+
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str, enum=list(ApprovalRequest.Status.values))]
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        request=DecideSerializer, responses={200: ApprovalSerializer, 409: ApprovalSerializer}
+    )
+    @action(detail=True, methods=["post"])
+    def decide(self, request: Request, pk: str | None = None) -> Response:
+        approval = self.get_object()
+        incoming = DecideSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        try:
+            approval = approval_decide(
+                approval=approval, user=request.user, **incoming.validated_data
+            )
+        except AlreadyDecided as error:
+            return Response(
+                {"detail": str(error), **ApprovalSerializer(error.approval).data},
+                status=status.HTTP_409_CONFLICT,
+            )
+        except DjangoValidationError as error:
+            raise django_errors(error) from None
+        except DjangoPermissionDenied as error:
+            raise PermissionDenied(str(error)) from None
+        return Response(ApprovalSerializer(approval).data)

@@ -1,0 +1,307 @@
+"""The runs API (SPEC X3): thin DRF views over the run services, role-checked.
+
+Session or token authentication (``manage.py drf_create_token <user>``). Bad input is a
+400 with a message per field and stores nothing; a user without the right gets 403.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from .core import status as run_status
+from .models import Agent, Run, RunEvent, Step, ToolCall, Workspace
+from .selectors import BadAfter, parse_after
+from .services import run_answer, run_cancel, run_create, run_rollback
+from .tool_calls import RollbackRefused
+
+EVENTS_LIMIT = 500
+
+
+def django_errors(error: DjangoValidationError) -> ValidationError:
+    """A service's ValidationError as DRF's: a message per field."""
+    if hasattr(error, "error_dict"):
+        return ValidationError(
+            {k: [str(m) for m in v[0].messages] for k, v in error.error_dict.items()}
+        )
+    return ValidationError({"detail": error.messages})
+
+
+class CanSeeRuns(BasePermission):
+    message = "Your role may not see runs."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.has_perm("runs.view_run"))
+
+
+class StepSerializer(serializers.ModelSerializer):
+    step_id = serializers.CharField(source="name")
+
+    class Meta:
+        model = Step
+        fields = [
+            "index",
+            "step_id",
+            "status",
+            "input",
+            "output",
+            "input_artifacts",
+            "output_artifacts",
+            "verification",
+            "error",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class ToolCallSerializer(serializers.ModelSerializer):
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ToolCall
+        fields = [
+            "id",
+            "tool_use_id",
+            "tool",
+            "arguments",
+            "path",
+            "decision",
+            "rule",
+            "reason",
+            "status",
+            "output",
+            "error",
+            "approved_by",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """The run record of SPEC R7."""
+
+    run_id = serializers.UUIDField(source="id", read_only=True)
+    agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    missing_parameters = serializers.SerializerMethodField()
+    model = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "run_id",
+            "agent",
+            "workspace",
+            "requester",
+            "request",
+            "status",
+            "stage",
+            "risk",
+            "task",
+            "missing_parameters",
+            "waiting_for",
+            "failure_reason",
+            "model",
+            "progress",
+            "usage",
+            "verification",
+            "compaction",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+
+    def get_missing_parameters(self, run: Run) -> list[dict[str, str]]:
+        return list((run.task or {}).get("missing") or [])
+
+    def get_model(self, run: Run) -> dict[str, str]:
+        return {"label": run.model_label, "name": run.model_name}
+
+    def get_progress(self, run: Run) -> dict[str, int]:
+        state = (run.loop or {}).get("state") or {}
+        return {"turn": int(state.get("turn", 0)), "max_turns": run.agent.max_turns}
+
+    def get_usage(self, run: Run) -> dict[str, int]:
+        return {
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "cache_creation_input_tokens": run.cache_creation_input_tokens,
+            "cache_read_input_tokens": run.cache_read_input_tokens,
+        }
+
+
+class RunDetailSerializer(RunSerializer):
+    steps = StepSerializer(many=True, read_only=True)
+    tool_calls = serializers.SerializerMethodField()
+    artifacts = serializers.SerializerMethodField()
+    rollback = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "steps", "tool_calls", "artifacts", "rollback"]
+
+    def get_tool_calls(self, run: Run) -> list[dict[str, Any]]:
+        calls = run.tool_calls.select_related("approved_by").order_by("started_at")
+        return ToolCallSerializer(calls, many=True).data
+
+    def get_artifacts(self, run: Run) -> list[dict[str, Any]]:
+        from .models import Artifact
+
+        return [
+            {"id": str(a.pk), "kind": a.kind, "size": a.size, "sha256": a.sha256}
+            for a in Artifact.objects.filter(tool_call__run=run).order_by("created_at")
+        ]
+
+    def get_rollback(self, run: Run) -> list[dict[str, Any]]:
+        from .models import WriteRecord
+
+        return [
+            {
+                "path": w.path,
+                "diff": w.diff,
+                "command": w.rollback,
+                "rolled_back_at": w.rolled_back_at,
+            }
+            for w in WriteRecord.objects.filter(tool_call__run=run).order_by("created_at", "order")
+        ]
+
+
+class RunCreateSerializer(serializers.Serializer):
+    agent = serializers.SlugRelatedField(slug_field="slug", queryset=Agent.objects.all())
+    workspace = serializers.SlugRelatedField(slug_field="slug", queryset=Workspace.objects.all())
+    request = serializers.CharField(max_length=20_000, trim_whitespace=True)
+
+
+class AnswerSerializer(serializers.Serializer):
+    answers = serializers.DictField(child=serializers.CharField(max_length=2000), allow_empty=False)
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunEvent
+        fields = ["seq", "type", "payload", "created_at"]
+
+
+def _service(call: Any) -> Any:
+    try:
+        return call()
+    except DjangoValidationError as error:
+        raise django_errors(error) from None
+    except DjangoPermissionDenied as error:
+        raise PermissionDenied(str(error)) from None
+
+
+class RunViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    permission_classes = [CanSeeRuns]
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    def get_queryset(self) -> QuerySet[Run]:
+        runs = Run.objects.select_related("agent", "workspace", "requester")
+        if self.action != "list":
+            return runs
+        params = self.request.query_params
+        errors = {}
+        if (value := params.get("status")) is not None:
+            if value not in run_status.STATUSES:
+                errors["status"] = [f"Unknown status; use one of {', '.join(run_status.STATUSES)}."]
+            runs = runs.filter(status=value)
+        if (value := params.get("agent")) is not None:
+            runs = runs.filter(agent__slug=value)
+        if (value := params.get("requester")) is not None:
+            runs = runs.filter(requester__username=value)
+        if errors:
+            raise ValidationError(errors)
+        return runs.order_by("-created_at")
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        if self.action == "create":
+            return RunCreateSerializer
+        if self.action == "retrieve":
+            return RunDetailSerializer
+        if self.action == "events":
+            return EventSerializer
+        if self.action == "answer":
+            return AnswerSerializer
+        return RunSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, enum=list(run_status.STATUSES)),
+            OpenApiParameter("agent", str, description="agent slug"),
+            OpenApiParameter("requester", str, description="username"),
+        ]
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=RunCreateSerializer, responses={201: RunSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if not request.user.has_perm("runs.add_run"):
+            raise PermissionDenied("Your role may not submit runs.")
+        incoming = RunCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        run = _service(lambda: run_create(requester=request.user, **incoming.validated_data))
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int, description="the last seq you have (0: all)")],
+        responses=EventSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        try:
+            after = parse_after(request.query_params.get("after"))
+        except BadAfter as error:
+            raise ValidationError({"after": [str(error)]}) from None
+        events = RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:EVENTS_LIMIT]
+        return Response(EventSerializer(events, many=True).data)
+
+    @extend_schema(request=AnswerSerializer, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def answer(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        incoming = AnswerSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        run = _service(
+            lambda: run_answer(
+                run=run, user=request.user, answers=incoming.validated_data["answers"]
+            )
+        )
+        return Response(RunSerializer(run).data)
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        run = _service(lambda: run_cancel(run=run, user=request.user))
+        return Response(RunSerializer(run).data)
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def rollback(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        try:
+            paths = _service(lambda: run_rollback(run=run, user=request.user))
+        except RollbackRefused as error:
+            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
+        run.refresh_from_db()
+        return Response({**RunSerializer(run).data, "restored": paths})
