@@ -1,5 +1,6 @@
-"""The approval queue. Until approval requests exist (the runs issue adds them), it lists
-the runs that wait for a human decision, which is what an approver needs to see first."""
+"""The approval queue: pending approval requests, oldest first. The full review queue
+(filters, live updates, the diff review page) is issue 6; deciding happens on the run page
+and through the API."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from runs.core import status as run_status
-from runs.models import Run
+from .models import ApprovalRequest
 
 
 @login_required
 def approval_queue(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm("runs.decide_approval"):
         raise PermissionDenied("Only approvers open the approval queue.")
-    waiting = (
-        Run.objects.filter(status=run_status.WAITING_FOR_APPROVAL)
-        .select_related("agent", "requester")
-        .order_by("updated_at")
+    pending = (
+        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+        .select_related("run__agent", "run__requester")
+        .order_by("requested_at")[:500]
     )
-    return render(request, "approvals/queue.html", {"waiting": waiting})
+    return render(request, "approvals/queue.html", {"pending": pending})

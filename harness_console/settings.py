@@ -253,6 +253,10 @@ else:
 # (count, size, tokens_for_size) can replace the estimate here.
 HARNESS_TOKENIZER = os.environ.get("HARNESS_TOKENIZER", "policies.core.tokenizer.ByteEstimate")
 
+# Each model call's own timeout, and the limit for one call with its retries (SPEC R11).
+HARNESS_MODEL_TIMEOUT_SECONDS = float(os.environ.get("HARNESS_MODEL_TIMEOUT_SECONDS", "60"))
+HARNESS_MODEL_DEADLINE_SECONDS = float(os.environ.get("HARNESS_MODEL_DEADLINE_SECONDS", "180"))
+
 # Where offline replay scripts are found (SPEC R11): a request whose text, agent and
 # workspace match a script is answered by it, labelled "offline replay". Colon-separated.
 HARNESS_REPLAY_DIRS = [

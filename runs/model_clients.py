@@ -211,4 +211,15 @@ def model_for_run(run: Any, *, position: int = 0) -> AnthropicModel | ReplayMode
         model = ReplayModel.from_file(run.replay_script)
         model.position = position
         return model
-    return AnthropicModel(run.agent.model)
+    from django.conf import settings
+
+    return AnthropicModel(
+        run.agent.model,
+        timeout=settings.HARNESS_MODEL_TIMEOUT_SECONDS,
+        deadline=settings.HARNESS_MODEL_DEADLINE_SECONDS,
+    )
+
+
+def model_key_set() -> bool:
+    """Whether the Anthropic model can be used (the key itself is never shown anywhere)."""
+    return bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())

@@ -9,6 +9,15 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
     path("<str:run_id>/", views.run_detail, name="detail"),
+    path("<str:run_id>/panel/", views.run_panel, name="panel"),
+    path("<str:run_id>/cancel/", views.run_cancel_view, name="cancel"),
+    path("<str:run_id>/rollback/", views.run_rollback_view, name="rollback"),
+    path("<str:run_id>/answer/", views.run_answer_view, name="answer"),
+    path(
+        "<str:run_id>/approvals/<str:approval_id>/decide/",
+        views.approval_decide_view,
+        name="decide",
+    ),
     path(
         "<str:run_id>/grants/<int:grant_id>/revoke/", views.grant_revoke_view, name="grant_revoke"
     ),

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
@@ -10,12 +15,18 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from approvals.models import ApprovalRequest
+from approvals.services import AlreadyDecided, approval_decide
+
 from .core import status as run_status
 from .forms import RunForm
 from .grants import grant_revoke
-from .models import Run, SessionGrant
-from .selectors import run_get_for_user
-from .services import run_create
+from .model_clients import model_key_set
+from .models import Agent, Run, SessionGrant, Workspace
+from .replays import replay_scripts
+from .selectors import parse_run_id, run_get_for_user
+from .services import run_answer, run_cancel, run_create, run_rollback
+from .tool_calls import RollbackRefused
 
 PAGE_SIZE = 50
 TIMELINE_LIMIT = 1000
@@ -25,36 +36,36 @@ TIMELINE_LIMIT = 1000
 def run_list(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm("runs.view_run"):
         raise PermissionDenied("Your role may not see runs.")
-    status = request.GET.get("status", "")
+    filters = {k: request.GET.get(k, "") for k in ("status", "agent", "requester")}
     runs = Run.objects.select_related("agent", "workspace", "requester")
-    if status:
-        if status not in run_status.STATUSES:
-            return render(
-                request,
-                "runs/list.html",
-                {"error": f"Unknown status {status!r}.", "statuses": run_status.STATUSES},
-                status=400,
-            )
-        runs = runs.filter(status=status)
-    page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "filters": filters,
+        "status": filters["status"],
+        "statuses": run_status.STATUSES,
+        "agents": Agent.objects.order_by("name"),
+        "requesters": User.objects.filter(runs__isnull=False).distinct().order_by("username"),
+        "can_submit": request.user.has_perm("runs.add_run"),
+    }
+    if filters["status"] and filters["status"] not in run_status.STATUSES:
+        context["error"] = f"Unknown status {filters['status']!r}."
+        return render(request, "runs/list.html", context, status=400)
+    if filters["status"]:
+        runs = runs.filter(status=filters["status"])
+    if filters["agent"]:
+        runs = runs.filter(agent__slug=filters["agent"])
+    if filters["requester"]:
+        runs = runs.filter(requester__username=filters["requester"])
+    context["page"] = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    context["query"] = urlencode({k: v for k, v in filters.items() if v})
     template = "runs/list_table.html" if request.htmx else "runs/list.html"
-    return render(
-        request,
-        template,
-        {
-            "page": page,
-            "status": status,
-            "statuses": run_status.STATUSES,
-            "can_submit": request.user.has_perm("runs.add_run"),
-        },
-    )
+    return render(request, template, context)
 
 
 @login_required
 def run_new(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm("runs.add_run"):
         raise PermissionDenied("Your role may not submit runs.")
-    form = RunForm(request.POST or None)
+    form = RunForm(request.POST or None, initial=_example_initial(request))
     if request.method == "POST" and form.is_valid():
         try:
             run = run_create(requester=request.user, **form.cleaned_data)
@@ -63,7 +74,67 @@ def run_new(request: HttpRequest) -> HttpResponse:
         else:
             return redirect("runs:detail", run_id=run.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "runs/new.html", {"form": form}, status=status)
+    return render(
+        request,
+        "runs/new.html",
+        {"form": form, "examples": _examples(), "has_key": model_key_set()},
+        status=status,
+    )
+
+
+def _examples() -> list[dict[str, Any]]:
+    """The offline replay scripts whose agent and workspace exist: one click fills the form."""
+    agents = {a.slug: a for a in Agent.objects.all()}
+    workspaces = {w.slug: w for w in Workspace.objects.all()}
+    return [
+        {
+            "title": script.title,
+            "request": script.request,
+            "agent": agents[script.agent],
+            "workspace": workspaces[script.workspace],
+            "query": urlencode(
+                {
+                    "agent": agents[script.agent].pk,
+                    "workspace": workspaces[script.workspace].pk,
+                    "request": script.request,
+                }
+            ),
+        }
+        for script in replay_scripts()
+        if script.agent in agents and script.workspace in workspaces
+    ]
+
+
+def _example_initial(request: HttpRequest) -> dict[str, str]:
+    return {k: request.GET[k] for k in ("agent", "workspace", "request") if k in request.GET}
+
+
+def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    user = request.user
+    approvals = list(
+        ApprovalRequest.objects.filter(run=run)
+        .select_related("decided_by")
+        .order_by("requested_at")
+    )
+    is_requester = run.requester_id == user.pk
+    state = (run.loop or {}).get("state") or {}
+    return {
+        "run": run,
+        "task": run.task or {},
+        "progress": {"turn": state.get("turn", 0), "max_turns": run.agent.max_turns},
+        "approvals": approvals,
+        "pending": [a for a in approvals if a.is_pending],
+        "steps": run.steps.order_by("index"),
+        "tool_calls": run.tool_calls.select_related("approved_by").order_by("started_at"),
+        "grants": run.grants.select_related("granted_by", "revoked_by"),
+        "can_decide": user.has_perm("runs.decide_approval") and not is_requester,
+        "is_requester": is_requester,
+        "can_act": (is_requester and user.has_perm("runs.add_run"))
+        or user.has_perm("runs.change_run"),
+        "can_rollback": run.status == run_status.COMPLETED
+        and (user.has_perm("runs.decide_approval") or user.is_superuser),
+        "active": run.status in run_status.ACTIVE,
+    }
 
 
 @login_required
@@ -74,14 +145,92 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         request,
         "runs/detail.html",
         {
-            "run": run,
+            **_detail_context(request, run),
             "events": events,
             "last_seq": events[-1].seq if events else 0,
             "omitted": max(0, (events[0].seq - 1) if events else 0),
-            "grants": run.grants.select_related("granted_by", "revoked_by"),
-            "can_decide": request.user.has_perm("runs.decide_approval"),
         },
     )
+
+
+@login_required
+def run_panel(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The run's task, approvals and actions: re-fetched by the live page when its status
+    changes, so buttons appear and disappear without a reload."""
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    return render(request, "runs/detail_panel.html", _detail_context(request, run))
+
+
+def _after_action(request: HttpRequest, run: Run, error: str = "") -> HttpResponse:
+    if request.htmx:
+        run.refresh_from_db()
+        context = {**_detail_context(request, run), "error": error}
+        return render(request, "runs/detail_panel.html", context, status=400 if error else 200)
+    if error:
+        messages.error(request, error)
+    return redirect("runs:detail", run_id=run.pk)
+
+
+def _message(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return " ".join(f"{m}" for msgs in error.message_dict.values() for m in msgs)
+    return " ".join(error.messages)
+
+
+@login_required
+@require_POST
+def approval_decide_view(request: HttpRequest, run_id: str, approval_id: str) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    approval = get_object_or_404(ApprovalRequest, pk=parse_run_id(approval_id), run=run)
+    try:
+        approval_decide(
+            approval=approval,
+            user=request.user,
+            decision=request.POST.get("decision", ""),
+            comment=request.POST.get("comment", ""),
+            confirm=request.POST.get("confirm", ""),
+            remember=request.POST.get("remember") == "on",
+        )
+    except ValidationError as error:
+        return _after_action(request, run, _message(error))
+    except AlreadyDecided as error:
+        return _after_action(request, run, str(error))
+    return _after_action(request, run)
+
+
+@login_required
+@require_POST
+def run_cancel_view(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    try:
+        run_cancel(run=run, user=request.user)
+    except ValidationError as error:
+        return _after_action(request, run, _message(error))
+    return _after_action(request, run)
+
+
+@login_required
+@require_POST
+def run_rollback_view(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    try:
+        run_rollback(run=run, user=request.user)
+    except RollbackRefused as error:
+        return _after_action(request, run, str(error))
+    return _after_action(request, run)
+
+
+@login_required
+@require_POST
+def run_answer_view(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    asked = [m["name"] for m in (run.task or {}).get("missing", [])]
+    answers = {name: request.POST.get(f"answer-{name}", "") for name in asked}
+    try:
+        run_answer(run=run, user=request.user, answers={k: v for k, v in answers.items() if v})
+    except ValidationError as error:
+        return _after_action(request, run, _message(error))
+    return _after_action(request, run)
 
 
 @login_required

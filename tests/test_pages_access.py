@@ -208,11 +208,19 @@ def test_a_wrong_password_is_refused(client, personas):
     assert b"didn't match" in response.content
 
 
-def test_the_approval_queue_lists_runs_waiting_for_a_decision(client, personas, run):
-    run.status = "waiting_for_approval"
-    run.save(update_fields=["status"])
+def test_the_approval_queue_lists_pending_requests(client, personas, run):
+    from approvals.models import ApprovalRequest
+
+    pending = ApprovalRequest.objects.create(
+        run=run, kind="commit", tool_use_id="commit:x", summary="Commit docs/a.md", risk="low"
+    )
+    ApprovalRequest.objects.create(
+        run=run, kind="commit", tool_use_id="commit:y", summary="Already done", status="approved"
+    )
     client.force_login(personas.approver)
-    assert run.request[:40] in client.get(reverse("approvals:queue")).content.decode()
+    html = client.get(reverse("approvals:queue")).content.decode()
+    assert f'data-approval="{pending.pk}"' in html and "Commit docs/a.md" in html
+    assert "Already done" not in html
 
 
 def test_the_dashboard_counts_runs_per_state(client, personas, run):

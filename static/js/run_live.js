@@ -25,12 +25,24 @@
     var reasons = {4401: "not logged in", 4403: "not allowed", 4404: "run not found"};
     setStatus(reasons[code] || "reconnecting…", "off");
   });
+  // Events that change what a person can do here (approve, answer, cancel, roll back)
+  // refresh the run's panel of actions, so buttons appear and go without a reload.
+  var PANEL_EVENTS = ["status.changed", "approval.requested", "approval.decided",
+    "approval.invalidated", "tool.call", "stage.finished", "task.structured", "grant.created",
+    "grant.revoked", "run.cancel_requested"];
   document.body.addEventListener("htmx:wsBeforeMessage", function (e) {
     var tpl = document.createElement("template");
     tpl.innerHTML = e.detail.message;
     var items = tpl.content.querySelectorAll("li[data-seq]");
     if (items.length && parseInt(items[items.length - 1].dataset.seq, 10) <= lastSeq()) {
       e.preventDefault();
+      return;
+    }
+    for (var i = 0; i < items.length; i++) {
+      if (PANEL_EVENTS.indexOf(items[i].dataset.type) >= 0) {
+        setTimeout(function () { htmx.trigger(document.body, "run-changed"); }, 0);
+        break;
+      }
     }
   });
 })();

@@ -1,0 +1,138 @@
+"""The run pages (issue 5, Web): the task form with its examples, the filtered list, and the
+run page's task, approvals, answer, cancel and rollback — through Django's test client, with
+runs driven in this process. The browser and the real worker are in test_runs_live."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from approvals.models import ApprovalRequest
+from runs import flow
+from runs.models import Run
+from runs.services import run_create
+from tests.conftest import SEEDED
+
+pytestmark = SEEDED
+
+BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
+FIX = "Fix the broken link in docs/configuration.md"
+
+
+@pytest.fixture
+def docs(workspace):
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
+    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
+    return workspace.root_path / "docs"
+
+
+def new_run(personas, agent, workspace, request=FIX, user=None) -> Run:
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=user or personas.operator,
+        request=request,
+        dispatch=False,
+    )
+    flow.run_execute(run_id=run.pk, worker="pages-test")
+    run.refresh_from_db()
+    return run
+
+
+def test_the_form_offers_the_replay_examples_and_an_example_fills_it(
+    client, personas, agent, workspace
+):
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:new")).content.decode()
+    assert "Fix a broken link (tests)" in page and "offline replay" in page
+    prefilled = client.get(
+        reverse("runs:new"), {"agent": agent.pk, "workspace": workspace.pk, "request": FIX}
+    ).content.decode()
+    assert f"{FIX}</textarea>" in prefilled
+
+
+def test_the_list_filters_by_status_agent_and_requester(client, personas, agent, workspace, docs):
+    mine = new_run(personas, agent, workspace)
+    theirs = new_run(personas, agent, workspace, user=personas.admin)
+    client.force_login(personas.ops)
+    url = reverse("runs:list")
+    by_requester = client.get(url, {"requester": "ada-admin"}).content.decode()
+    assert str(theirs.pk) in by_requester and str(mine.pk) not in by_requester
+    assert str(mine.pk) in client.get(url, {"agent": "tester"}).content.decode()
+    assert str(mine.pk) not in client.get(url, {"agent": "nobody"}).content.decode()
+    assert client.get(url, {"status": "sleeping"}).status_code == 400
+
+
+def test_the_run_page_shows_the_task_the_model_label_and_who_may_decide(
+    client, personas, agent, workspace, docs
+):
+    run = new_run(personas, agent, workspace)
+    url = reverse("runs:detail", args=[run.pk])
+    client.force_login(personas.approver)
+    page = client.get(url).content.decode()
+    for text in (
+        "offline replay",
+        "doc_update",
+        "docs/configuration.md",
+        "turn 3 of 50",
+        "Approve",
+        "+See [the guide](getting-started.md).",
+        "readSource",
+        "patchDraft",
+    ):
+        assert text in page, text
+    client.force_login(personas.operator)  # the requester: no buttons, an explanation
+    page = client.get(url).content.decode()
+    assert 'value="approve"' not in page and "cannot approve your own run" in page
+    assert "Cancel run" in page
+
+
+def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
+    client, personas, agent, workspace, docs
+):
+    run = new_run(personas, agent, workspace)
+    approval = ApprovalRequest.objects.get(run=run)
+    decide = reverse("runs:decide", args=[run.pk, approval.pk])
+    client.force_login(personas.approver)
+    refused = client.post(decide, {"decision": "reject"}, HTTP_HX_REQUEST="true")
+    assert refused.status_code == 400 and "Say why you reject it" in refused.content.decode()
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == "pending"
+    assert client.post(decide, {"decision": "approve"}).status_code == 302
+    flow.run_execute(run_id=run.pk, worker="pages-test")
+    run.refresh_from_db()
+    assert run.status == "completed"
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "Roll back" in page
+    response = client.post(reverse("runs:rollback", args=[run.pk]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    run.refresh_from_db()
+    assert run.status == "rolled_back" and (docs / "configuration.md").read_text() == BROKEN
+
+
+def test_the_answer_form_resumes_the_intake(client, personas, agent, workspace):
+    run = new_run(personas, agent, workspace, request="Delete the old FAQ page")
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "Which file" in page and 'name="answer-path"' in page
+    bad = client.post(
+        reverse("runs:answer", args=[run.pk]), {"answer-path": "/etc"}, HTTP_HX_REQUEST="true"
+    )
+    assert bad.status_code == 400
+    ok = client.post(reverse("runs:answer", args=[run.pk]), {"answer-path": "docs/old-faq.md"})
+    assert ok.status_code == 302
+    run.refresh_from_db()
+    assert run.status == "planning"
+
+
+def test_cancel_from_the_page_and_who_may(client, personas, agent, workspace, docs):
+    run = new_run(personas, agent, workspace)
+    client.force_login(personas.ops)
+    assert client.post(reverse("runs:cancel", args=[run.pk])).status_code == 403
+    client.force_login(personas.outsider)
+    assert client.post(reverse("runs:cancel", args=[run.pk])).status_code == 403
+    client.force_login(personas.operator)
+    assert client.post(reverse("runs:cancel", args=[run.pk])).status_code == 302
+    run.refresh_from_db()
+    assert run.status == "failed" and run.failure_reason == "cancelled by otto-operator"
+    assert client.get(reverse("runs:panel", args=[run.pk])).status_code == 200
