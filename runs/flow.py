@@ -497,23 +497,13 @@ def _tool_call(
     if approved:
         approver = ApprovalRequest.objects.select_related("decided_by").get(pk=approved).decided_by
     policy = policy_for_agent(run.agent)
-    halted = run_hooks.pre_tool_use(run, tool, arguments)
-    if halted is not None:
-        return ToolCall.objects.create(
-            run=run,
-            workspace=run.workspace,
-            tool_use_id=tool_use_id,
-            tool=tool[:120],
-            arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
-            decision="deny",
-            rule=f"hook:{halted.handler}"[:63],
-            reason=halted.reason,
-            status="refused",
-            error=f"halted by the {halted.handler} hook: {halted.reason}",
-            policy_name=policy.name,
-            policy_version=policy.version,
-            finished_at=timezone.now(),
-        )
+
+    def before_run(tool: str, arguments: dict[str, Any]) -> tuple[str, str] | None:
+        halted = run_hooks.pre_tool_use(run, tool, arguments)
+        if halted is None:
+            return None
+        return f"hook:{halted.handler}", f"halted by the {halted.handler} hook: {halted.reason}"
+
     try:
         record = tool_call_run(
             workspace=run.workspace,
@@ -526,6 +516,7 @@ def _tool_call(
             approved_by=approver,
             boundary=_boundary(run),
             transform=run_hooks.post_tool_use_transform(run, tool),
+            before_run=before_run,
         )
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None

@@ -81,7 +81,8 @@ def session_start(run: Run) -> HooksHalted | None:
 def session_end(run: Run, *, outcome: str, reason: str) -> None:
     """The run has ended whatever a handler says; halts and failures are only recorded."""
     try:
-        _run(run, "session_end", _event(run, outcome=outcome, reason=reason[:2000]))
+        event = _event(run, outcome=outcome, status=outcome, reason=reason[:2000])
+        _run(run, "session_end", event)
     except Exception:
         logger.exception("session_end hooks of run %s failed", run.pk)
 

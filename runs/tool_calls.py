@@ -206,6 +206,7 @@ def tool_call_run(
     approved_by: Any = None,
     boundary: BoundaryCheck | None = None,
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    before_run: Callable[[str, dict[str, Any]], tuple[str, str] | None] | None = None,
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
@@ -216,7 +217,9 @@ def tool_call_run(
     ``approved_by`` is that person's yes for this one call (a deny still wins); and
     ``boundary`` refuses what the task's boundaries exclude (rule ``task-boundary``);
     ``transform`` (the post_tool_use hooks) rewrites the output before anything stores or
-    shows it, so a redacted secret reaches neither the model, the page nor an artifact.
+    shows it, so a redacted secret reaches neither the model, the page nor an artifact;
+    ``before_run`` (the pre_tool_use hooks) runs once the call is allowed, and may still
+    refuse it with a (rule, reason).
     """
     if grants is None:
         from .grants import grants_for_run
@@ -279,6 +282,9 @@ def tool_call_run(
         return record  # unsaved: the caller asks a person
     if record.decision != "allow":
         return refuse(f"{verdict.decision}: {verdict.reason}", verdict.decision)
+    if before_run is not None and (halted := before_run(tool, arguments)):
+        record.rule, record.reason = halted[0][:63], halted[1]
+        return refuse(halted[1], "deny")
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
     if run is not None and tool_use_id:
