@@ -95,7 +95,7 @@ class Agent(models.Model):
     slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])
     name = models.CharField(max_length=200)
     identity = models.TextField(help_text="Who the agent is; the first layer of every prompt.")
-    model = models.CharField(max_length=100, default="claude-sonnet-4-5")
+    model = models.CharField(max_length=100, default="claude-sonnet-4-6")
     policy = models.ForeignKey(
         "policies.Policy",
         null=True,
