@@ -2,6 +2,11 @@
 
 Passwords are generated on first seeding and kept in var/demo-logins.json (readable by the
 owner only), so running the command again prints the same logins and changes nothing.
+
+The demo workspace is copied from demo/workspace on first seeding. Later seedings add only
+the files the demo gained since (var/demo-workspace-seeded.json lists what was handed over),
+so a file the user changed, or deleted through an approved run, is never written again.
+The offline replay scripts in demo/replays play the example tasks against it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,66 @@ DEMO_RULES = (
 )
 
 
+def _seeded_path() -> Path:
+    return Path(settings.VAR_DIR) / "demo-workspace-seeded.json"
+
+
+def _demo_files() -> list[str]:
+    return sorted(
+        p.relative_to(DEMO_SOURCE).as_posix()
+        for p in DEMO_SOURCE.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    )
+
+
+def _load_seeded() -> set[str] | None:
+    try:
+        data = json.loads(_seeded_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return {p for p in data if isinstance(p, str)} if isinstance(data, list) else None
+
+
+def _save_seeded(paths: set[str]) -> None:
+    path = _seeded_path()
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(sorted(paths), indent=2) + "\n")
+    temporary.replace(path)
+
+
+def demo_workspace_sync(target: Path) -> list[str]:
+    """Copy the demo workspace to ``target``; return the files added to an existing one.
+
+    A new workspace gets a full copy. An existing one gets each demo file it was never
+    handed, and only where nothing exists at that path: nothing is ever overwritten, and a
+    file handed over once is not handed over again (the user may have deleted it). A
+    workspace seeded before the list existed gets the files it lacks.
+    """
+    files = _demo_files()
+    if not target.exists():
+        shutil.copytree(DEMO_SOURCE, target)
+        _save_seeded(set(files))
+        return []
+    seeded = _load_seeded() or set()
+    added = []
+    for relative in files:
+        if relative in seeded:
+            continue
+        seeded.add(relative)
+        destination = target / relative
+        if destination.exists() or destination.is_symlink():
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(destination, "xb") as handle:  # never replace what appeared meanwhile
+                handle.write((DEMO_SOURCE / relative).read_bytes())
+        except FileExistsError:
+            continue
+        added.append(relative)
+    _save_seeded(seeded)
+    return added
+
+
 def _logins_path() -> Path:
     return Path(settings.VAR_DIR) / "demo-logins.json"
 
@@ -68,7 +133,7 @@ class Command(BaseCommand):
             roles_sync()
             for role in DEMO_USERS:
                 logins[role] = self._user(role, logins.get(role))
-            workspace = self._workspace()
+            workspace, added = self._workspace()
             agent, _ = Agent.objects.get_or_create(
                 slug="docs-assistant",
                 defaults={"name": "Docs assistant", "identity": DEMO_IDENTITY},
@@ -76,6 +141,8 @@ class Command(BaseCommand):
             self._context(agent)
         _save_logins(logins)
         self.stdout.write(f"Demo workspace: {workspace.root}")
+        for relative in added:
+            self.stdout.write(f"  added {relative} (new in the demo)")
         self.stdout.write("Logins (role: username / password):")
         for role in DEMO_USERS:
             self.stdout.write(f"  {role + ':':<10} {role} / {logins[role]}")
@@ -103,10 +170,9 @@ class Command(BaseCommand):
             for rule in DEMO_RULES:
                 BusinessRule.objects.create(agent=agent, text=rule)
 
-    def _workspace(self) -> Workspace:
+    def _workspace(self) -> tuple[Workspace, list[str]]:
         target = Path(settings.VAR_DIR) / "workspaces" / "demo"
-        if not target.exists():
-            shutil.copytree(DEMO_SOURCE, target)
+        added = demo_workspace_sync(target)
         workspace, _ = Workspace.objects.get_or_create(
             slug="demo",
             defaults={
@@ -116,4 +182,4 @@ class Command(BaseCommand):
             },
         )
         workspace.drafts_path.mkdir(parents=True, exist_ok=True)
-        return workspace
+        return workspace, added
