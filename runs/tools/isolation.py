@@ -30,6 +30,21 @@ def scrubbed_env() -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel kills it if the worker dies (kill -9 too), so
+    a tool never finishes after the run resumed elsewhere — the resumed worker decides
+    alone whether the call ran (SPEC R9)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the timeout still bounds the tool
+        pass
+
+
+PR_SET_PDEATHSIG = 1
+
+
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
@@ -59,6 +74,7 @@ def run_isolated(
         cwd=ROOT,
         env=scrubbed_env(),
         start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
     try:
         out, err = process.communicate(request.encode(), timeout=timeout)
