@@ -25,7 +25,10 @@ from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
 from runs.models import Agent, Run, Workspace
 from runs.services import run_create
 
+from .fake_anthropic import FakeAnthropic
 from .stack import CHROMIUM_ARGS, CHROMIUM_EXECUTABLE, LiveStack, clear_broker_folder
+
+FAKE_KEY = "sk-ant-test-not-a-real-key-000000000000"
 
 # Playwright's sync API runs an event loop in the test thread; ORM calls there are safe.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -124,12 +127,19 @@ def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
         from harness_console.celery import app
 
         app.control.purge()
-    stack = LiveStack(log_dir=var_dir / "test-logs")
+    # The Anthropic SDK in the worker talks to a local fake server (tests queue its answers).
+    fake = FakeAnthropic()
+    stack = LiveStack(
+        log_dir=var_dir / "test-logs",
+        extra_env={"ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_BASE_URL": fake.url},
+    )
+    stack.fake_anthropic = fake
     try:
         stack.start(collectstatic=not settings.WHITENOISE_USE_FINDERS)
         yield stack
     finally:
         stack.stop()
+        fake.close()
 
 
 @pytest.fixture(scope="session")
@@ -152,8 +162,16 @@ def session_cookie_for(client, user: User) -> dict[str, str]:
 
 def pytest_collection_modifyitems(config, items: list) -> None:
     """Browser tests last: Playwright's sync API leaves an event loop running in the main
-    thread for the rest of the session, where Django's sync code paths refuse to run."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    thread for the rest of the session, where Django's sync code paths refuse to run; and
+    the tests of the live stack just before them."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("browser") is not None,
+            # Once the live stack is up its sweeper dispatches any unclaimed run it finds in
+            # the test database, so tests that drive runs in-process all go before it.
+            "live_stack" in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
 @pytest.fixture(autouse=True)

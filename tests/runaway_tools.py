@@ -46,3 +46,14 @@ def flaky(root: Path, drafts: Path, args: dict) -> dict:
 
 def environment(root: Path, drafts: Path, args: dict) -> dict:
     return {"ok": True, "keys": sorted(os.environ)}
+
+
+def slow_read(root: Path, drafts: Path, args: dict) -> dict:
+    """Logs its start, reads slowly, logs its end: a kill -9 test counts both."""
+    log = drafts.parent / f"slow-read-{drafts.name}.log"  # beside the drafts, not one
+    with log.open("a") as handle:
+        handle.write("start\n")
+    time.sleep(float(args.get("seconds", 6)))
+    with log.open("a") as handle:
+        handle.write("done\n")
+    return {"ok": True, "summary": "read slowly", "content": (root / args["path"]).read_text()}

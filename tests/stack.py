@@ -68,11 +68,17 @@ def wait_until(check, *, timeout: float, what: str, interval: float = 0.1) -> No
 
 @dataclass
 class LiveStack:
-    """daphne on a free port and one Celery worker, both on the test databases."""
+    """daphne on a free port, a Celery worker and beat (the sweeper), on the test databases.
+
+    ``extra_env`` reaches every process (the tests point the Anthropic SDK at a local fake
+    server this way); workers can be killed with SIGKILL and started again, and more added.
+    """
 
     log_dir: Path
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    generation: int = 0
 
     @property
     def url(self) -> str:
@@ -83,6 +89,7 @@ class LiveStack:
         env["HARNESS_USE_TEST_DATABASES"] = "true"
         env["DJANGO_SETTINGS_MODULE"] = "harness_console.settings"
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.extra_env)
         return env
 
     def start(self, *, collectstatic: bool) -> LiveStack:
@@ -96,13 +103,42 @@ class LiveStack:
             )
         argv = commands(host="127.0.0.1", port=self.port, worker_name=f"test-{self.port}@%h")
         self._spawn("web", argv["web"])
-        self._spawn("worker", argv["worker"])
+        self._spawn("beat", argv["beat"])
+        self.start_worker("worker")
         wait_until(self._web_ready, timeout=30, what="daphne to answer")
-        wait_until(lambda: "ready." in self.log("worker"), timeout=60, what="the Celery worker")
         return self
 
+    def start_worker(self, name: str = "worker") -> None:
+        """A Celery worker (a fresh log each time); returns once it consumes tasks."""
+        self.generation += 1
+        argv = commands(
+            host="127.0.0.1",
+            port=self.port,
+            worker_name=f"test-{self.port}-{name}-{self.generation}@%h",
+        )["worker"]
+        self._spawn(name, argv)
+        wait_until(lambda: "ready." in self.log(name), timeout=60, what=f"the Celery {name}")
+
+    def kill_worker(self, name: str = "worker") -> None:
+        """SIGKILL to the worker's whole process group: no warm shutdown, no cleanup."""
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def stop_worker(self, name: str) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
     def _spawn(self, name: str, argv: list[str]) -> None:
-        out = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the child
+        log = self.log_dir / f"{name}.log"
+        if log.exists():  # keep the earlier life's log for a failure report
+            log.rename(self.log_dir / f"{name}.{self.generation}.old.log")
+        out = open(log, "wb")  # noqa: SIM115 - kept open for the child
         self.processes[name] = subprocess.Popen(
             argv,
             cwd=ROOT,
