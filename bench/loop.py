@@ -1,0 +1,506 @@
+"""The agent loop's own cost in a real Celery worker, against floors measured in this process.
+
+Usage: ``python bench/loop.py`` (embedded: SQLite, filesystem broker), or
+``DATABASE_URL=postgres://... REDIS_URL=redis://... python bench/loop.py`` (PostgreSQL, Redis).
+Either way it works on throwaway data of its own: a temporary HARNESS_VAR_DIR (database,
+broker folder, workspace, replay scripts), on PostgreSQL a database named ``bench_loop``
+(whatever DATABASE_URL names; created, then dropped), Redis keys and a Celery queue
+named ``bench-loop``. ``--profile`` adds a cProfile of one run driven in this process.
+
+1. Per agent step: replay scripts of 50 steps (one model turn asking for one read-only tool
+   call, then a final end_turn), run through runs.flow by a real worker with everything
+   persisted. Two tools: searchDocs, the cheapest (it runs in the worker's process), and
+   readSource of a tiny file (in a child process, like every workspace tool). Harness: from
+   the event before the first model.turn to the 50th tool.call event, divided by 50. Floor:
+   ReplayModel.complete plus the same tool executed as the harness executes it (run_isolated,
+   or searchDocs in-process), the messages kept in a list, nothing persisted.
+2. Storage of the 50-step searchDocs run: the bytes of its rows (SQLite: the byte lengths of
+   every column; PostgreSQL: pg_column_size of each row).
+3. Approval decision -> the run's next event: runs that patch a draft and wait for the commit
+   approval; each is approved in turn and timed until the worker's next event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import json
+import os
+import pstats
+import re
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BENCH_NAME = "bench_loop"  # the PostgreSQL database
+PREFIX = "bench-loop"  # Redis keys (cache, channel layer) and the Celery queue
+VAR_DIR = Path(tempfile.mkdtemp(prefix="harness-bench-loop-"))
+REPLAYS = VAR_DIR / "replays"
+REPLAYS.mkdir()
+os.environ["HARNESS_VAR_DIR"] = str(VAR_DIR)
+os.environ["HARNESS_REPLAY_DIRS"] = str(REPLAYS)
+os.environ["HARNESS_REDIS_PREFIX"] = PREFIX
+os.environ["HARNESS_USE_TEST_DATABASES"] = "false"  # the bench database is everyone's here
+if os.environ.get("DATABASE_URL"):
+    _url = urlsplit(os.environ["DATABASE_URL"])
+    os.environ["DATABASE_URL"] = urlunsplit(_url._replace(path=f"/{BENCH_NAME}"))
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_console.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import Group, User  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+from django.test.utils import setup_databases, teardown_databases  # noqa: E402
+
+from approvals.models import ApprovalRequest  # noqa: E402
+from approvals.services import approval_decide  # noqa: E402
+from harness_console.celery import app as celery_app  # noqa: E402
+from harness_console.management.commands.serve import commands  # noqa: E402
+from harness_console.roles import APPROVER, OPERATOR, roles_sync  # noqa: E402
+from policies.models import ToolDefinition  # noqa: E402
+from policies.permissions import policy_for_agent  # noqa: E402
+from runs import flow  # noqa: E402
+from runs.core import status as run_status  # noqa: E402
+from runs.model_clients import ReplayModel  # noqa: E402
+from runs.models import (  # noqa: E402
+    Agent,
+    Artifact,
+    Message,
+    ModelCall,
+    Run,
+    RunEvent,
+    Step,
+    ToolCall,
+    Workspace,
+    WriteRecord,
+)
+from runs.services import run_create  # noqa: E402
+from runs.tool_calls import IN_PROCESS, _side_effect  # noqa: E402
+from runs.tools.context import policy_to_context  # noqa: E402
+from runs.tools.isolation import run_isolated  # noqa: E402
+from tests.stack import LiveStack, wait_until  # noqa: E402
+
+# LangGraph 1.2 on this machine (../shared/NOTES.md), model and tool calls free.
+LANGGRAPH_MS = {"sqlite": 4.0, "postgresql": 5.1}
+LANGGRAPH_BYTES = 1_970_000
+TINY = "# Tiny\n\nA tiny page about the loop.\n"
+BROKEN = "# Page {i}\n\nSee [the guide](getting-startd.md).\n"
+ARGUMENTS = {"searchDocs": {"query": "tiny loop"}, "readSource": {"path": "docs/tiny.md"}}
+USAGE = {"input_tokens": 300, "output_tokens": 20}
+# What --profile lists: the console's code, and the hop to the channel layer.
+PROFILED = re.escape(str(ROOT)) + r"/(runs|policies|approvals)/|asgiref/sync|channels_(lite|redis)/"
+
+
+class BenchWorker(LiveStack):
+    """One Celery worker as ``make run`` starts it (no daphne), on the bench's own queue."""
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["HARNESS_USE_TEST_DATABASES"] = "false"
+        return env
+
+    def start(self, *, collectstatic: bool = False) -> BenchWorker:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = commands(host="127.0.0.1", port=self.port, worker_name=f"{PREFIX}-{self.port}@%h")
+        self._spawn("worker", [*argv["worker"], "--queues", PREFIX])
+
+        def ready() -> bool:
+            self._check_alive()
+            return "ready." in self.log("worker")
+
+        wait_until(ready, timeout=60, what="the Celery worker")
+        return self
+
+
+def redis_clean() -> None:
+    """Our own keys only: the cache's and channel layer's prefix, our queue and its binding."""
+    if settings.EMBEDDED:
+        return
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = list(client.scan_iter(match=f"*{PREFIX}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+# --- fixtures and replay scripts ---------------------------------------------------------
+def fixtures(steps: int, approvals: int) -> dict[str, Any]:
+    roles_sync()
+    requester = User.objects.create_user("bench-operator")
+    requester.groups.add(Group.objects.get(name=OPERATOR))
+    approver = User.objects.create_user("bench-approver")
+    approver.groups.add(Group.objects.get(name=APPROVER))
+    root = VAR_DIR / "workspace"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "tiny.md").write_text(TINY)
+    (root / "docs" / "getting-started.md").write_text("# Getting started\n")  # the link target
+    for i in range(approvals):
+        (root / "docs" / f"page-{i:02d}.md").write_text(BROKEN.format(i=i))
+    workspace = Workspace.objects.create(
+        slug="bench", name="Bench", root=str(root), drafts_root=str(VAR_DIR / "drafts")
+    )
+    agent = Agent.objects.create(
+        slug="bench", name="Bench", identity="Bench agent.", max_turns=steps + 10
+    )
+    return {"requester": requester, "approver": approver, "workspace": workspace, "agent": agent}
+
+
+def script(name: str, request: str, turns: list[dict[str, Any]]) -> Path:
+    path = REPLAYS / f"{name}.json"
+    body = {"request": request, "agent": "bench", "workspace": "bench", "turns": turns}
+    path.write_text(json.dumps(body))
+    return path
+
+
+def loop_script(tool: str, steps: int) -> tuple[str, Path]:
+    request = f"Read docs/tiny.md {steps} times with {tool}"
+    turns = [
+        {
+            "stop_reason": "tool_use",
+            "content": [
+                {"type": "text", "text": f"Step {i}."},
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{i:04d}",
+                    "name": tool,
+                    "input": ARGUMENTS[tool],
+                },
+            ],
+            "usage": USAGE,
+        }
+        for i in range(1, steps + 1)
+    ]
+    turns.append({"stop_reason": "end_turn", "content": [{"type": "text", "text": "Done."}]})
+    return request, script(f"loop-{tool}", request, turns)
+
+
+def fix_script(i: int) -> str:
+    path = f"docs/page-{i:02d}.md"
+    request = f"Fix the broken link in {path}"
+    patch = {"path": path, "search": "(getting-startd.md)", "replace": "(getting-started.md)"}
+    script(
+        f"fix-{i:02d}",
+        request,
+        [
+            {
+                "stop_reason": "tool_use",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_patch", "name": "patchDraft", "input": patch}
+                ],
+                "usage": USAGE,
+            },
+            {"stop_reason": "end_turn", "content": [{"type": "text", "text": "Fixed."}]},
+        ],
+    )
+    return request
+
+
+def wait_status(run_id: Any, wanted: set[str], timeout: float) -> Run:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run_id)
+        if run.status in wanted:
+            return run
+        if run.status == run_status.FAILED:
+            raise RuntimeError(f"Run {run_id} failed: {run.failure_reason}")
+        time.sleep(0.02)
+    raise TimeoutError(f"Run {run_id} is still {run.status} after {timeout} s.")
+
+
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+# --- 1. per agent step ---------------------------------------------------------------------
+def harness_run(fx: dict[str, Any], request: str, steps: int) -> tuple[Run, dict[str, float]]:
+    run = run_create(
+        agent=fx["agent"], workspace=fx["workspace"], requester=fx["requester"], request=request
+    )
+    run = wait_status(run.pk, {run_status.COMPLETED}, timeout=120)
+    events = list(run.events.order_by("seq").values_list("type", "created_at"))
+    first = next(i for i, (kind, _) in enumerate(events) if kind == "model.turn")
+    tools = [at for kind, at in events if kind == "tool.call"]
+    if len(tools) != steps:
+        raise RuntimeError(f"Run {run.pk} made {len(tools)} tool calls, not {steps}.")
+    calls = list(ToolCall.objects.filter(run=run).values_list("status", "output"))
+    if any(status != "ok" for status, _ in calls):
+        raise RuntimeError(f"Run {run.pk}: a tool call failed: {calls[:3]}")
+    child = [out["elapsed_ms"] for _, out in calls if "elapsed_ms" in out]
+    return run, {
+        "step": (tools[-1] - events[first - 1][1]).total_seconds() / steps,
+        "median": statistics.median((b - a).total_seconds() for a, b in itertools.pairwise(tools)),
+        "run": (run.finished_at - run.started_at).total_seconds() / steps,
+        "tool": statistics.fmean(child) / 1000 if child else 0.0,
+    }
+
+
+def floor_run(fx: dict[str, Any], tool: str, path: Path, steps: int) -> dict[str, float]:
+    """The same model turns and tool calls in plain Python: no rows, no events, no checks."""
+    workspace, agent = fx["workspace"], fx["agent"]
+    model = ReplayModel.from_file(path)
+    policy = policy_for_agent(agent)
+    definition = ToolDefinition.objects.get(name=tool)
+    drafts = workspace.drafts_path / "floor"
+    drafts.mkdir(parents=True, exist_ok=True)
+    context = {
+        "policy": policy_to_context(policy),
+        "tool": {
+            "name": tool,
+            "level": definition.permission_level,
+            "side_effect": _side_effect(definition),
+        },
+        "grants": [],
+        "decided": dict(ARGUMENTS[tool]) if "path" in ARGUMENTS[tool] else {},
+        "sandbox": {"allow_unsandboxed": workspace.allow_unsandboxed_shell},
+        "publish_root": workspace.publish_root,
+    }
+    system = [{"type": "text", "text": agent.identity}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "go"}]}]
+    in_tool = 0.0
+    started = time.perf_counter()
+    for _ in range(steps):
+        reply = model.complete(system=system, messages=messages, tools=[])
+        use = reply.tool_uses[0]
+        messages.append({"role": "assistant", "content": list(reply.content)})
+        before = time.perf_counter()
+        if tool in IN_PROCESS:
+            output = IN_PROCESS[tool](workspace, use.input, policy, ())
+        else:
+            output = run_isolated(
+                impl=definition.implementation or definition.name,
+                root=workspace.root,
+                drafts=str(drafts),
+                args=use.input,
+                timeout=float(definition.timeout_sec),
+                context=context,
+            )
+        in_tool += time.perf_counter() - before
+        if not output.get("ok"):
+            raise RuntimeError(f"The floor's {tool} failed: {output}")
+        block = {"type": "tool_result", "tool_use_id": use.id, "content": json.dumps(output)}
+        messages.append({"role": "user", "content": [block]})
+    took = time.perf_counter() - started
+    return {"step": took / steps, "tool": in_tool / steps}
+
+
+def bench_steps(fx: dict[str, Any], steps: int) -> tuple[Run, float]:
+    print(f"1. per agent step, {steps}-step runs in a real Celery worker, everything persisted")
+    print(
+        f"{'tool':<24}{'harness':>10}{'(median)':>10}{'floor':>10}{'overhead':>10}"
+        f"{'ratio':>8}   run start->end / steps"
+    )
+    kept, headline = None, 0.0
+    for tool, where in (("searchDocs", "in-process"), ("readSource", "child process")):
+        request, path = loop_script(tool, steps)
+        floor_run(fx, tool, path, 1)  # warm: the doc index, imports, the page cache
+        run, harness = harness_run(fx, request, steps)
+        floor = floor_run(fx, tool, path, steps)
+        overhead = harness["step"] - floor["step"]
+        print(
+            f"{tool + ' (' + where + ')':<24}{harness['step'] * 1000:7.2f} ms"
+            f"{harness['median'] * 1000:7.2f} ms{floor['step'] * 1000:7.2f} ms"
+            f"{overhead * 1000:7.2f} ms{harness['step'] / floor['step']:7.2f}x"
+            f"   {harness['run'] * 1000:.2f} ms"
+        )
+        if harness["tool"]:
+            print(
+                f"{'':<24}of which the tool's child process: harness "
+                f"{harness['tool'] * 1000:.1f} ms, floor {floor['tool'] * 1000:.1f} ms"
+            )
+        if kept is None:
+            kept, headline = run, overhead
+    return kept, headline
+
+
+# --- 2. storage ----------------------------------------------------------------------------
+def run_rows(run: Run) -> list[tuple[str, Any]]:
+    return [
+        ("runs_run", Run.objects.filter(pk=run.pk)),
+        ("runs_runevent", RunEvent.objects.filter(run=run)),
+        ("runs_message", Message.objects.filter(run=run)),
+        ("runs_modelcall", ModelCall.objects.filter(run=run)),
+        ("runs_toolcall", ToolCall.objects.filter(run=run)),
+        ("runs_step", Step.objects.filter(run=run)),
+        ("runs_artifact", Artifact.objects.filter(tool_call__run=run)),
+        ("runs_writerecord", WriteRecord.objects.filter(tool_call__run=run)),
+        ("approvals_approvalrequest", ApprovalRequest.objects.filter(run=run)),
+    ]
+
+
+def storage(run: Run, steps: int) -> int:
+    qn = connection.ops.quote_name
+    total, parts = 0, []
+    for table, queryset in run_rows(run):
+        meta = queryset.model._meta
+        subquery, params = queryset.values("pk").query.sql_with_params()
+        if connection.vendor == "postgresql":
+            size = "pg_column_size(t.*)"
+        else:
+            size = " + ".join(
+                f"coalesce(length(CAST(t.{qn(f.column)} AS BLOB)), 0)" for f in meta.concrete_fields
+            )
+        # Quoted names of our own tables and columns; every value is a parameter.
+        table_name, pk = qn(meta.db_table), qn(meta.pk.column)
+        sql = f"SELECT count(*), coalesce(sum({size}), 0) FROM {table_name} t WHERE t.{pk} IN "  # noqa: S608
+        sql += f"({subquery})"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows, size_bytes = cursor.fetchone()
+        total += int(size_bytes)
+        if rows:
+            parts.append(f"{table.split('_', 1)[1]} {rows} rows {int(size_bytes):,} B")
+    how = "pg_column_size per row" if connection.vendor == "postgresql" else "column byte lengths"
+    print(f"\n2. storage of the {steps}-step searchDocs run ({how})")
+    print(f"{total:,} bytes, {total / steps:,.0f} bytes per step")
+    print("  " + "; ".join(parts))
+    return total
+
+
+# --- 3. approval decision -> next event -------------------------------------------------
+def bench_approvals(fx: dict[str, Any], count: int) -> None:
+    runs = [
+        run_create(
+            agent=fx["agent"],
+            workspace=fx["workspace"],
+            requester=fx["requester"],
+            request=fix_script(i),
+        )
+        for i in range(count)
+    ]
+    for run in runs:
+        wait_status(run.pk, {run_status.WAITING_FOR_APPROVAL}, timeout=120)
+    claimed, stored, visible, next_types = [], [], [], set()
+    for run in runs:
+        approval = ApprovalRequest.objects.select_related("run").get(
+            run=run, kind=ApprovalRequest.Kind.COMMIT, status=ApprovalRequest.Status.PENDING
+        )
+        called = time.time()
+        approval_decide(approval=approval, user=fx["approver"], decision="approve")
+        decided = RunEvent.objects.get(run=run, type="approval.decided")
+        resumed = RunEvent.objects.get(run=run, seq=decided.seq + 1)  # in the same transaction
+        if resumed.type != "status.changed":
+            raise RuntimeError(f"Unexpected event after the decision: {resumed.type}")
+        while True:
+            event = RunEvent.objects.filter(run=run, seq__gt=resumed.seq).order_by("seq").first()
+            if event is not None:
+                seen = time.time()
+                break
+            if time.time() - called > 30:
+                raise TimeoutError(f"Run {run.pk} did not resume.")
+            time.sleep(0.002)
+        commit = ToolCall.objects.get(run=run, tool="commitDraft")
+        claimed.append((commit.started_at - decided.created_at).total_seconds())
+        stored.append((event.created_at - decided.created_at).total_seconds())
+        visible.append(seen - called)
+        next_types.add(event.type)
+        wait_status(run.pk, {run_status.COMPLETED}, timeout=60)
+    print(
+        f"\n3. approval decision -> the run's next event ({count} runs waiting for a commit; "
+        f"next event: {', '.join(sorted(next_types))})"
+    )
+    for name, values in (
+        ("decision -> worker's first write", claimed),
+        ("decision -> next event stored", stored),
+        ("approval_decide() -> event read", visible),
+    ):
+        print(
+            f"{name:<34} p50 {pct(values, 50) * 1000:7.1f} ms   "
+            f"p95 {pct(values, 95) * 1000:7.1f} ms   min {min(values) * 1000:6.1f} ms"
+        )
+
+
+# --- reference, goals, profile -------------------------------------------------------------
+def goals(overhead: float, size: int) -> None:
+    vendor = "postgresql" if connection.vendor == "postgresql" else "sqlite"
+    reference = LANGGRAPH_MS[vendor]
+    print(
+        "\nLangGraph 1.2 SQLite checkpointer ≈4.0 ms/step (≈5.1 ms PostgreSQL), 1.97 MB per "
+        "50-step run; goal: half the time, a tenth of the storage"
+    )
+    met = "met" if overhead * 1000 <= reference / 2 else "NOT met"
+    print(
+        f"time:    harness overhead {overhead * 1000:.2f} ms/step (searchDocs) vs goal "
+        f"{reference / 2:.2f} ms ({vendor}; LangGraph's calls were free): {met}"
+    )
+    met = "met" if size <= LANGGRAPH_BYTES / 10 else "NOT met"
+    print(f"storage: {size:,} bytes vs goal {LANGGRAPH_BYTES // 10:,} bytes: {met}")
+
+
+def profile(fx: dict[str, Any], steps: int) -> None:
+    """The searchDocs run again, driven in this process by runs.flow under cProfile."""
+    request = f"Read docs/tiny.md {steps} times with searchDocs"
+    run = run_create(
+        agent=fx["agent"],
+        workspace=fx["workspace"],
+        requester=fx["requester"],
+        request=request,
+        dispatch=False,
+    )
+    profiler = cProfile.Profile()
+    profiler.enable()
+    flow.run_execute(run_id=run.pk, worker="bench-profile")
+    profiler.disable()
+    run.refresh_from_db()
+    print(f"\nprofile of one {steps}-step run in this process ({run.status}):")
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(PROFILED, 30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--approvals", type=int, default=20)
+    parser.add_argument("--profile", action="store_true", help="cProfile a run in-process")
+    args = parser.parse_args()
+    for alias in settings.DATABASES:  # the bench's own database, under its own name
+        connections[alias].settings_dict["TEST"]["NAME"] = connections[alias].settings_dict["NAME"]
+    celery_app.conf.task_default_queue = PREFIX
+    redis_clean()
+    old = setup_databases(verbosity=0, interactive=False, aliases=set(settings.DATABASES))
+    worker = BenchWorker(log_dir=VAR_DIR / "logs")
+    ok = False
+    try:
+        fx = fixtures(args.steps, args.approvals)
+        worker.start()
+        config = (
+            "embedded (SQLite, filesystem broker)"
+            if settings.EMBEDDED
+            else "production (PostgreSQL, Redis broker)"
+        )
+        print(f"configuration: {config}\n")
+        run, overhead = bench_steps(fx, args.steps)
+        size = storage(run, args.steps)
+        bench_approvals(fx, args.approvals)
+        goals(overhead, size)
+        if args.profile:
+            profile(fx, args.steps)
+        ok = True
+    finally:
+        worker.stop()
+        connection.close()
+        teardown_databases(old, verbosity=0)
+        redis_clean()
+        if ok:
+            shutil.rmtree(VAR_DIR, ignore_errors=True)
+        else:
+            print(f"Kept {VAR_DIR} (the worker's log is in logs/).", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
