@@ -13,6 +13,7 @@ Event keys the shipped handlers read: ``now`` (aware datetime), ``tool``, ``side
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,7 +54,23 @@ def hook_bindings_for(agent: Agent | None) -> list[Binding]:
     if agent is not None:
         scope |= Q(agent=agent)
     rows = HookBinding.objects.filter(scope, enabled=True).order_by("phase", "order", "id")
-    return [_binding(row) for row in rows]
+    # Built handlers are kept per process, keyed by which rows exist and when each was
+    # last saved: an edit applies to the very next call, without rebuilding every time.
+    fields = ("pk", "updated_at", "phase", "handler", "settings", "time_limit_seconds", "fail_open")
+    key = (
+        getattr(agent, "pk", None),
+        json.dumps(list(rows.values_list(*fields)), sort_keys=True, default=str),
+    )
+    cached = _BUILT.get(key)
+    if cached is None:
+        cached = [_binding(row) for row in rows]
+        if len(_BUILT) > 256:
+            _BUILT.clear()
+        _BUILT[key] = cached
+    return list(cached)
+
+
+_BUILT: dict[Any, list[Binding]] = {}
 
 
 def _binding(row: HookBinding) -> Binding:

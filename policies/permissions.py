@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,7 @@ from django.db.models import F
 
 from .core.default_policy import DEFAULT_POLICY_NAME
 from .core.paths import normalize_relative
-from .core.permissions import Call, Grant, Policy, PolicyError, Verdict, decide
+from .core.permissions import Call, Grant, Policy, PolicyError, Rule, Verdict, decide
 from .core.tool_specs import BUILTIN_TOOLS
 from .models import Policy as PolicyRow
 from .models import ToolDefinition
@@ -30,8 +31,16 @@ def policy_load(name: str) -> Policy:
 
 
 def policy_from_row(row: PolicyRow) -> Policy:
-    rules = tuple(rule.as_rule() for rule in row.rules.order_by("order", "id"))
-    return Policy(row.name, row.ceiling, rules, row.version)
+    """Read afresh every time (an edit applies to the very next call), but each distinct
+    rule is compiled once per process: its glob matchers are what cost."""
+    fields = ("key", "tool", "decision", "path", "reason")
+    rows = row.rules.order_by("order", "id").values_list(*fields)
+    return Policy(row.name, row.ceiling, tuple(_rule(*values) for values in rows), row.version)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule(key: str, tool: str, decision: str, path: str, reason: str) -> Rule:
+    return Rule(key, tool, decision, path, reason)  # type: ignore[arg-type]
 
 
 def policy_for_agent(agent: Any) -> Policy:

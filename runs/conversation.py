@@ -43,12 +43,17 @@ def message_append(
     content: Any,
     turn: int = 0,
     tool_use_id: str = "",
+    after: list[Message] | None = None,
 ) -> Message:
-    """Append one row after the last; call inside the turn's checkpoint transaction."""
-    last = Message.objects.filter(run=run).aggregate(last=Max("index"))["last"]
+    """Append one row after the last; call inside the turn's checkpoint transaction.
+    ``after``: the rows the caller already holds (saves asking the database for the last)."""
+    if after is not None:
+        last = after[-1].index if after else None
+    else:
+        last = Message.objects.filter(run=run).aggregate(last=Max("index"))["last"]
     return Message.objects.create(
         run=run,
-        index=(last or 0) + 1 if last is not None else 0,
+        index=0 if last is None else last + 1,
         role=role,
         kind=kind,
         content=content,

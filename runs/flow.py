@@ -159,7 +159,8 @@ def _step_end(step: Step, status: str = "completed", **fields: Any) -> None:
 
 def _fail(lease: Lease, reason: str, *, cancelled: bool = False) -> None:
     try:
-        with fenced(lease) as run:
+        with fenced(lease):
+            run = Run.objects.get(pk=lease.run_id)
             if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
                 return
             _close_approvals(run, "cancelled")
@@ -410,6 +411,7 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
         )
         row = message_append(
             run=run,
+            after=driver.rows,
             role="assistant",
             kind="assistant",
             content=list(reply.content) or [{"type": "text", "text": reply.text or "(empty)"}],
@@ -609,6 +611,7 @@ def _tool_decided(driver: Driver, run: Run, state: loop.LoopState, data: dict[st
             }
             row = message_append(
                 run=run,
+                after=driver.rows,
                 role="user",
                 kind="tool_result",
                 content=tool_result_block(tool_use_id, output),
@@ -635,6 +638,7 @@ def _tool_finished(
     with fenced(driver.lease):
         row = message_append(
             run=run,
+            after=driver.rows,
             role="user",
             kind="tool_result",
             content=tool_result_block(record.tool_use_id, output),

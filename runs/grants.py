@@ -65,7 +65,8 @@ def grant_revoke(*, grant: SessionGrant, user: Any) -> SessionGrant:
 
 
 def grants_for_run(run: Run) -> list[Grant]:
+    active = run.grants.filter(revoked_at__isnull=True)
     return [
-        Grant(g.tool, g.path, g.granted_by.get_username() if g.granted_by else "")
-        for g in run.grants.filter(revoked_at__isnull=True).select_related("granted_by")
+        Grant(tool, path, who or "")
+        for tool, path, who in active.values_list("tool", "path", "granted_by__username")
     ]

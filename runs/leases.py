@@ -88,15 +88,21 @@ def lease_release(lease: Lease) -> None:
 
 
 @contextmanager
-def fenced(lease: Lease) -> Iterator[Run]:
-    """A transaction that commits only while ``lease`` is still the run's lease."""
+def fenced(lease: Lease) -> Iterator[None]:
+    """A transaction that commits only while ``lease`` is still the run's lease.
+
+    One conditional update both checks the token and extends the lease; it also takes the
+    row's lock (PostgreSQL) or the write lock (SQLite's IMMEDIATE transactions) until the
+    commit, so no other writer slips in between the check and the checkpoint.
+    """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=lease.run_id)
-        if run.lease_token != lease.token:
-            raise LeaseLost(f"Run {lease.run_id} is now leased by {run.lease_owner or 'nobody'}.")
-        run.lease_expires_at = timezone.now() + timedelta(seconds=lease_seconds())
-        yield run
-        Run.objects.filter(pk=run.pk).update(lease_expires_at=run.lease_expires_at)
+        expires = timezone.now() + timedelta(seconds=lease_seconds())
+        if not Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
+            lease_expires_at=expires
+        ):
+            owner = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", flat=True)
+            raise LeaseLost(f"Run {lease.run_id} is now leased by {owner.first() or 'nobody'}.")
+        yield
 
 
 class Heartbeat:

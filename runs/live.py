@@ -6,7 +6,11 @@ reconnect, which replays from the database. So publishing never raises into a se
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
+import os
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -48,14 +52,78 @@ def event_message(event: Any) -> dict[str, Any]:
     }
 
 
-def event_publish(event: Any) -> None:
-    """Send one committed event to its run's group and to the ops group."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    message = event_message(event)
-    for group in (run_group(event.run_id), OPS_GROUP):
+class _Publisher:
+    """One event loop per process, in a thread, that sends committed events to the groups.
+
+    ``async_to_sync`` per event started a loop (and, on Redis, a connection) every time,
+    and made the writer wait for delivery: about a fifth of a run's time per step. Here the
+    writer hands the message over and goes on; the loop keeps its connections. Order is
+    kept per process (one queue), and a lost message only delays a page until its next
+    event or reconnect, which replay from the database by ``seq``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: asyncio.Queue[dict[str, Any] | None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def _start(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop, self._queue = loop, asyncio.Queue()
+            ready.set()
+            loop.run_until_complete(self._drain())
+
+        threading.Thread(target=run, name="live-publisher", daemon=True).start()
+        ready.wait(5)
+        self._pid = os.getpid()
+        atexit.register(self.flush)
+
+    async def _drain(self) -> None:
+        assert self._queue is not None
+        while True:
+            message = await self._queue.get()
+            try:
+                if message is None:
+                    continue
+                layer = get_channel_layer()
+                if layer is None:
+                    continue
+                for group in (run_group(message["run_id"]), OPS_GROUP):
+                    try:
+                        await layer.group_send(group, message)
+                    except Exception:
+                        logger.exception(
+                            "Could not publish run event %s #%s", message["run_id"], message["seq"]
+                        )
+            finally:
+                self._queue.task_done()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():  # first use, or after a fork
+                self._start()
+        assert self._loop is not None and self._queue is not None
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, message)
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait (boundedly) until everything handed over was sent: at exit, and in tests."""
+        if self._loop is None or self._queue is None or self._pid != os.getpid():
+            return
+        queue = self._queue
         try:
-            async_to_sync(layer.group_send)(group, message)
+            asyncio.run_coroutine_threadsafe(queue.join(), self._loop).result(timeout)
         except Exception:
-            logger.exception("Could not publish run event %s #%s", event.run_id, event.seq)
+            logger.warning("Some live events were not sent before the deadline.")
+
+
+PUBLISHER = _Publisher()
+
+
+def event_publish(event: Any) -> None:
+    """Send one committed event to its run's group and to the ops group, without waiting."""
+    PUBLISHER.send(event_message(event))

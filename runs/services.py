@@ -13,7 +13,6 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from .core import status as run_status
@@ -39,13 +38,34 @@ def run_event_append(*, run_id: Any, type: str, payload: dict[str, Any] | None =
         raise ValueError(f"An event type needs 1 to {MAX_EVENT_TYPE_CHARS} characters.")
     if payload is not None and not isinstance(payload, dict):
         raise ValueError("An event payload is a JSON object.")
-    with transaction.atomic():
-        if not Run.objects.filter(pk=run_id).update(event_seq=F("event_seq") + 1):
-            raise Run.DoesNotExist(f"No run {run_id}.")
-        seq = Run.objects.filter(pk=run_id).values_list("event_seq", flat=True).get()
-        event = RunEvent.objects.create(run_id=run_id, seq=seq, type=type, payload=payload or {})
-        transaction.on_commit(partial(event_publish, event), robust=True)
+    # Inside a caller's transaction no savepoint is needed: a failure rolls it all back.
+    run_id = Run._meta.pk.to_python(run_id)  # a malformed id fails here, before any write
+    with transaction.atomic(savepoint=False):
+        seq = _next_seq(run_id)
+        if seq is not None:
+            event = RunEvent.objects.create(
+                run_id=run_id, seq=seq, type=type, payload=payload or {}
+            )
+            transaction.on_commit(partial(event_publish, event), robust=True)
+    if seq is None:  # raised outside the block, so a caller's transaction stays usable
+        raise Run.DoesNotExist(f"No run {run_id}.")
     return event
+
+
+def _next_seq(run_id: Any) -> int | None:
+    """Increment the run's counter and read it back in one statement (RETURNING: SQLite
+    3.35+ and PostgreSQL), taking the row lock that orders the run's appenders."""
+    connection = transaction.get_connection()
+    table, pk = Run._meta.db_table, Run._meta.pk
+    key = pk.get_db_prep_value(run_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {connection.ops.quote_name(table)} SET event_seq = event_seq + 1 "  # noqa: S608 - names from the model
+            f"WHERE {connection.ops.quote_name(pk.column)} = %s RETURNING event_seq",
+            [key],
+        )
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 def run_create(

@@ -14,6 +14,7 @@ P6, R8). One service, ``tool_call_run``, used by runs and by ``manage.py call_to
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -47,12 +48,19 @@ TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
 BACKOFF_SECONDS = 0.2
 
 
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Draft202012Validator:
+    """Checking a schema costs milliseconds; a tool's schema is checked once per version."""
+    schema = json.loads(schema_json)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
 def _schema_errors(schema: dict[str, Any], arguments: Any) -> str:
     """The argument problems, or the schema's own: a broken schema (say, from an MCP server)
     refuses the call instead of raising."""
     try:
-        Draft202012Validator.check_schema(schema)
-        validator = Draft202012Validator(schema)
+        validator = _validator(json.dumps(schema, sort_keys=True))
         problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
     except (SchemaError, JsonSchemaError, re.error, TypeError, ValueError) as error:
         return f"the tool's input schema is broken ({type(error).__name__}: {error})"
@@ -431,7 +439,10 @@ def _side_effect(definition: ToolDefinition) -> str:
 
 def _after_writes(record: ToolCall, workspace: Workspace) -> None:
     """An AGENTS.md written through the console drops the cached instructions (SPEC C6)."""
-    if any(w.path.rsplit("/", 1)[-1] == INSTRUCTION_FILE for w in record.writes.all()):
+    written = getattr(record, "written_paths", None)
+    if written is None:
+        written = [w.path for w in record.writes.all()]
+    if any(path.rsplit("/", 1)[-1] == INSTRUCTION_FILE for path in written):
         instructions_invalidate(root=workspace.root)
 
 
@@ -468,6 +479,7 @@ def _record(
             )
             record.output = shown
             record.save(update_fields=["output"])
+        record.written_paths = [write["path"] for write in writes]
         for order, write in enumerate(writes):
             before = base64.b64decode(write["before"]) if write["before"] is not None else None
             after = base64.b64decode(write["after"]) if write["after"] is not None else None
