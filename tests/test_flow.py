@@ -234,3 +234,35 @@ def _debug(run):
     return [
         (c.tool, c.decision, c.rule, c.status, c.error) for c in ToolCall.objects.filter(run=run)
     ]
+
+
+def test_long_conversations_are_compacted_and_the_run_shows_the_tier(
+    personas, agent, workspace, client
+):
+    (workspace.root_path / "docs").mkdir()
+    for name, word in (("a", "alpha"), ("b", "beta"), ("c", "gamma")):
+        (workspace.root_path / "docs" / f"{name}.md").write_text(
+            f"# {word}\n\n" + (f"{word} " * 1500) + "\n"
+        )
+    agent.compaction_whole_tokens, agent.compaction_summary_tokens = 1000, 2000
+    agent.compaction_keep_turns = 1
+    agent.save()
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Summarize docs/a.md, docs/b.md and docs/c.md",
+        dispatch=False,
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    assert run.compaction["tier"] >= 2
+    assert run.compaction["tokens_after"] < run.compaction["tokens_before"]
+    tiers = [e.payload["compaction_tier"] for e in run.events.filter(type="model.turn")]
+    assert tiers[0] == 1 and max(tiers) >= 2
+    assert run.events.filter(type="compaction").exists()
+    # Nothing recorded is lost: the stored conversation keeps every message whole.
+    assert Message.objects.filter(run=run, kind="tool_result").count() == 3
+    client.force_login(personas.ops)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"Compaction: tier {run.compaction['tier']}" in page
