@@ -603,12 +603,25 @@ def _tool_decided(driver: Driver, run: Run, state: loop.LoopState, data: dict[st
             new_data["approved"] = {**(data.get("approved") or {}), tool_use_id: str(approval.pk)}
         else:
             who = _username(approval.decided_by)
-            output = {
-                "ok": False,
-                "error": f"{approval.status} by {who}: {approval.comment or 'no reason given'}",
-                "decision": "ask",
-                "approval": approval.status,
-            }
+            error = f"{approval.status} by {who}: {approval.comment or 'no reason given'}"
+            output = {"ok": False, "error": error, "decision": "ask", "approval": approval.status}
+            # The check and its answer are part of the record too (SPEC P6).
+            refused = ToolCall.objects.create(
+                run=run,
+                workspace=run.workspace,
+                tool_use_id=tool_use_id,
+                tool=approval.tool[:120],
+                arguments=approval.arguments,
+                path=(approval.paths[0] if approval.paths else "")[:1024],
+                decision="ask",
+                rule=approval.rule,
+                reason=approval.reason,
+                status="refused",
+                error=error,
+                policy_version=approval.policy_version,
+                finished_at=timezone.now(),
+            )
+            run_event_append(run_id=run.pk, type="tool.call", payload=_tool_event(refused))
             row = message_append(
                 run=run,
                 after=driver.rows,

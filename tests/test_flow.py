@@ -266,3 +266,44 @@ def test_long_conversations_are_compacted_and_the_run_shows_the_tier(
     client.force_login(personas.ops)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert f"Compaction: tier {run.compaction['tier']}" in page
+
+
+def test_a_rejected_tool_call_is_told_to_the_model_and_recorded(personas, agent, workspace):
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "old-faq.md").write_text("# Old FAQ\n")
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Delete the old FAQ page",
+        dispatch=False,
+    )
+    drive(run)
+    run = run_answer(run=run, user=personas.operator, answers={"path": "docs/old-faq.md"})
+    run = drive(run)
+    approval_decide(
+        approval=ApprovalRequest.objects.get(run=run),
+        user=personas.approver,
+        decision="reject",
+        comment="Keep it for now",
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason  # the model heard and ended
+    assert (workspace.root_path / "docs" / "old-faq.md").exists()
+    call = ToolCall.objects.get(run=run, tool="deleteFile")
+    assert (call.status, call.decision) == ("refused", "ask")
+    assert call.error == "rejected by april-approver: Keep it for now"
+    result = Message.objects.get(run=run, tool_use_id="toolu_del_1")
+    assert "Keep it for now" in result.content["content"] and result.content["is_error"]
+
+
+def test_cancel_while_a_worker_holds_the_run_stops_it_at_the_next_step(personas, run, docs):
+    from runs.leases import lease_claim, lease_release
+
+    lease = lease_claim(run_id=run.pk, worker="busy-worker")
+    run = run_cancel(run=run, user=personas.operator)
+    assert run.status == "created" and run.cancel_requested_at is not None  # only flagged
+    lease_release(lease)
+    run = drive(run)
+    assert run.status == "failed" and run.failure_reason == "cancelled by otto-operator"
+    assert "run.cancelled" in types(run)
