@@ -64,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 MAX_UNITS_PER_CLAIM = 10_000  # a guard against a bug looping forever, far above max_turns
 MAX_VERIFY_ROUNDS = 2
+MAX_CLAIMS = 100
 WRITE_TOOLS = frozenset({"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"})
 STRONG_CONFIRMATION = frozenset({"deleteFile", "renameFile"})
 CONTINUE, STOP = True, False
@@ -87,6 +88,12 @@ def run_execute(*, run_id: Any, worker: str) -> None:
     lease = lease_claim(run_id=run_id, worker=worker)
     if lease is None:
         logger.info("Run %s is not claimable (held, waiting or ended).", run_id)
+        return
+    if lease.token > MAX_CLAIMS:
+        # Each claim follows a wait for a person or a worker that died; this many means a
+        # run that kills its workers (say, out of memory): stop re-dispatching it.
+        _fail(lease, f"abandoned after {MAX_CLAIMS} claims: its workers keep stopping")
+        lease_release(lease)
         return
     try:
         with Heartbeat(lease) as beat:

@@ -307,3 +307,9 @@ def test_cancel_while_a_worker_holds_the_run_stops_it_at_the_next_step(personas,
     run = drive(run)
     assert run.status == "failed" and run.failure_reason == "cancelled by otto-operator"
     assert "run.cancelled" in types(run)
+
+
+def test_a_run_whose_workers_keep_dying_is_given_up(personas, run, docs):
+    Run.objects.filter(pk=run.pk).update(lease_token=flow.MAX_CLAIMS)
+    run = drive(run)
+    assert run.status == "failed" and "abandoned after" in run.failure_reason
