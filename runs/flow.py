@@ -470,7 +470,12 @@ def _loop_ended(driver: Driver, run: Run, action: loop.FinalOutput) -> bool:
     with fenced(driver.lease):
         step = Step.objects.filter(pk=(run.loop or {}).get("step")).first()
         if step is not None and step.status == "running":
-            _step_end(step, output={"turns": run.model_calls.count(), "outcome": action.reason})
+            _step_end(
+                step,
+                output={"turns": run.model_calls.count(), "outcome": action.reason},
+                input_artifacts=["structured_task"],
+                output_artifacts=[f"draft:{path}" for path in _drafts(run)],
+            )
         _update(run, stage="verify")
         run_transition(run_id=run.pk, to=run_status.VERIFYING)
     return CONTINUE

@@ -77,6 +77,13 @@ def test_submit_returns_the_intake_and_the_lifecycle_runs_through_the_api(
 
     detail = client_for(personas.ops).get(f"/api/runs/{run.pk}/").json()
     assert [s["step_id"] for s in detail["steps"]][:3] == ["intake", "classify", "extract"]
+    synthesize = next(s for s in detail["steps"] if s["step_id"] == "synthesize")
+    assert synthesize["output_artifacts"] == ["draft:docs/configuration.md"]
+    verify = next(s for s in detail["steps"] if s["step_id"] == "verify")
+    assert (verify["verification"], verify["input_artifacts"]) == (
+        "pass",
+        ["docs/configuration.md"],
+    )
     assert {c["tool"] for c in detail["tool_calls"]} >= {"readSource", "patchDraft", "commitDraft"}
     assert detail["rollback"][0]["path"] == "docs/configuration.md"
     assert detail["verification"]["result"] == "pass"
