@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from runs.core import status as run_status
 from runs.models import Run
-from runs.services import run_dispatch, run_event_append, run_transition
+from runs.services import run_dispatch, run_event_append, run_transition, steps_close
 
 from .models import ApprovalRequest
 
@@ -110,6 +110,7 @@ def _resume(run: Run, approval: ApprovalRequest, user: Any) -> None:
         if approval.status == ApprovalRequest.Status.REJECTED:
             reason = f"rejected by {user.get_username()}: {approval.comment}"
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+            steps_close(run_id=run.pk, status="rejected")
             return
         run_transition(run_id=run.pk, to=run_status.VERIFYING, detail={"approval": "approved"})
     else:

@@ -19,6 +19,9 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     pending = (
         ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
         .select_related("run__agent", "run__requester")
-        .order_by("requested_at")[:500]
+        .order_by("requested_at")
     )
-    return render(request, "approvals/queue.html", {"pending": pending})
+    own = pending.filter(run__requester=request.user).count()
+    # A requester never decides on their own run (A4): those are not theirs to work on.
+    pending = pending.exclude(run__requester=request.user)[:500]
+    return render(request, "approvals/queue.html", {"pending": pending, "own": own})

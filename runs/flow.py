@@ -50,7 +50,7 @@ from .leases import (
 )
 from .model_clients import model_for_run, system_blocks
 from .models import Message, ModelCall, Run, Step, ToolCall
-from .services import run_event_append, run_transition
+from .services import run_event_append, run_transition, steps_close
 from .tool_calls import (
     ToolCallStarted,
     tool_call_recover,
@@ -172,6 +172,7 @@ def _fail(lease: Lease, reason: str, *, cancelled: bool = False) -> None:
                 return
             _close_approvals(run, "cancelled")
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+            steps_close(run_id=run.pk, status="cancelled" if cancelled else "failed")
             if cancelled:
                 run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
     except LeaseLost:
@@ -535,9 +536,31 @@ def _tool_call(
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None
     if record.status == "ask":
+        problem = _preflight(run, record)
+        if problem:  # never ask a person to approve what cannot happen
+            record.status, record.error, record.finished_at = "refused", problem, timezone.now()
+            record.save()
+            return record
         _ask(driver, run, record, data)
         return None
     return record
+
+
+def _preflight(run: Run, record: ToolCall) -> str:
+    """What would make the call fail anyway, checked before an approver is asked."""
+    root, drafts = run.workspace.root_path, run.workspace.drafts_path / str(run.pk)
+    arguments = record.arguments
+    if record.tool == "deleteFile" and not (root / record.path).is_file():
+        return f"{record.path} is not a file in the workspace; there is nothing to delete."
+    if record.tool == "renameFile":
+        source, target = str(arguments.get("source", "")), str(arguments.get("target", ""))
+        if not (root / source).is_file():
+            return f"{source} is not a file in the workspace; there is nothing to rename."
+        if (root / target).exists():
+            return f"{target} exists already; renaming never overwrites."
+    if record.tool == "commitDraft" and not (drafts / record.path).is_file():
+        return f"There is no draft of {record.path} to commit."
+    return ""
 
 
 def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> None:
@@ -834,6 +857,9 @@ def _approval(driver: Driver, run: Run) -> bool:
     if existing is not None and existing.digest == digest and not existing.is_pending:
         if existing.status == ApprovalRequest.Status.APPROVED:
             with fenced(driver.lease):
+                step = run.steps.filter(name="approval", status="running").last()
+                if step is not None:
+                    _step_end(step, output={"approval": str(existing.pk), "decision": "approved"})
                 _update(run, stage="commit")
             return CONTINUE
         who = _username(existing.decided_by)

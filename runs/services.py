@@ -231,6 +231,7 @@ def run_cancel(*, run: Run, user: Any) -> Run:
             )
             reason = f"cancelled by {user.get_username()}"
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+            steps_close(run_id=run.pk, status="cancelled")
             run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
     run.refresh_from_db()
     return run
@@ -319,6 +320,15 @@ def run_transition(
             payload["reason"] = failure_reason.strip()
         run_event_append(run_id=run.pk, type="status.changed", payload=payload)
     return run
+
+
+def steps_close(*, run_id: Any, status: str) -> None:
+    """A run that ended (failed, cancelled, rejected) leaves no stage marked running."""
+    from .models import Step
+
+    Step.objects.filter(run_id=run_id, status__in=("running", "waiting")).update(
+        status=status, finished_at=timezone.now()
+    )
 
 
 def run_claim(*, run_id: Any, worker: str) -> Run | None:

@@ -134,6 +134,9 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "can_rollback": run.status == run_status.COMPLETED
         and (user.has_perm("runs.decide_approval") or user.is_superuser),
         "active": run.status in run_status.ACTIVE,
+        "answer": run.model_calls.order_by("-turn").values_list("text", flat=True).first()
+        if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
+        else None,
     }
 
 
@@ -162,10 +165,15 @@ def run_panel(request: HttpRequest, run_id: str) -> HttpResponse:
 
 
 def _after_action(request: HttpRequest, run: Run, error: str = "") -> HttpResponse:
+    """htmx swaps only successful answers, so a refusal comes back as the panel with its
+    message (status 200, marked by a header), never as a page-wide error."""
     if request.htmx:
         run.refresh_from_db()
         context = {**_detail_context(request, run), "error": error}
-        return render(request, "runs/detail_panel.html", context, status=400 if error else 200)
+        response = render(request, "runs/detail_panel.html", context)
+        if error:
+            response["X-Harness-Refused"] = "1"
+        return response
     if error:
         messages.error(request, error)
     return redirect("runs:detail", run_id=run.pk)

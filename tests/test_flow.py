@@ -313,3 +313,44 @@ def test_a_run_whose_workers_keep_dying_is_given_up(personas, run, docs):
     Run.objects.filter(pk=run.pk).update(lease_token=flow.MAX_CLAIMS)
     run = drive(run)
     assert run.status == "failed" and "abandoned after" in run.failure_reason
+
+
+def test_no_approver_is_asked_to_delete_a_file_that_is_not_there(personas, agent, workspace):
+    (workspace.root_path / "docs").mkdir()
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Delete the old FAQ page",
+        dispatch=False,
+    )
+    drive(run)
+    run = run_answer(run=run, user=personas.operator, answers={"path": "docs/old-faq.md"})
+    run = drive(run)
+    assert not ApprovalRequest.objects.filter(run=run).exists()
+    call = ToolCall.objects.get(run=run, tool="deleteFile")
+    assert call.status == "refused" and "nothing to delete" in call.error
+    assert run.status == "completed"  # the model heard of it (the replay ends regardless)
+
+
+def test_no_stage_is_left_running_when_a_run_ends(personas, run, docs):
+    run = drive(run)
+    approval_decide(
+        approval=ApprovalRequest.objects.get(run=run),
+        user=personas.approver,
+        decision="reject",
+        comment="no",
+    )
+    assert not run.steps.filter(status="running").exists()
+    assert run.steps.get(name="approval").status == "rejected"
+
+
+def test_an_approved_commit_closes_its_approval_stage(personas, run, docs):
+    run = drive(run)
+    approval_decide(
+        approval=ApprovalRequest.objects.get(run=run), user=personas.approver, decision="approve"
+    )
+    run = drive(run)
+    assert run.status == "completed"
+    assert not run.steps.filter(status="running").exists()
+    assert run.steps.get(name="approval").status == "completed"

@@ -96,7 +96,8 @@ def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
     decide = reverse("runs:decide", args=[run.pk, approval.pk])
     client.force_login(personas.approver)
     refused = client.post(decide, {"decision": "reject"}, HTTP_HX_REQUEST="true")
-    assert refused.status_code == 400 and "Say why you reject it" in refused.content.decode()
+    assert refused["X-Harness-Refused"] == "1"
+    assert "Say why you reject it" in refused.content.decode()
     assert ApprovalRequest.objects.get(pk=approval.pk).status == "pending"
     assert client.post(decide, {"decision": "approve"}).status_code == 302
     flow.run_execute(run_id=run.pk, worker="pages-test")
@@ -118,7 +119,7 @@ def test_the_answer_form_resumes_the_intake(client, personas, agent, workspace):
     bad = client.post(
         reverse("runs:answer", args=[run.pk]), {"answer-path": "/etc"}, HTTP_HX_REQUEST="true"
     )
-    assert bad.status_code == 400
+    assert bad["X-Harness-Refused"] == "1" and 'id="run-action-error"' in bad.content.decode()
     ok = client.post(reverse("runs:answer", args=[run.pk]), {"answer-path": "docs/old-faq.md"})
     assert ok.status_code == 302
     run.refresh_from_db()
@@ -136,3 +137,15 @@ def test_cancel_from_the_page_and_who_may(client, personas, agent, workspace, do
     run.refresh_from_db()
     assert run.status == "failed" and run.failure_reason == "cancelled by otto-operator"
     assert client.get(reverse("runs:panel", args=[run.pk])).status_code == 200
+
+
+def test_a_finished_question_shows_the_agents_answer(client, personas, agent, workspace):
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "release-notes.md").write_text("# Notes\n\nShort.\n")
+    run = new_run(personas, agent, workspace, request="Summarize docs/release-notes.md")
+    assert run.status == "completed"
+    client.force_login(personas.ops)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "The agent&#x27;s answer" in page or "The agent's answer" in page
+    assert "which I did not follow" in page
+    assert "intent <b>question</b>" in page  # the timeline renders the structured task
