@@ -714,7 +714,9 @@ def _tool_event(record: ToolCall) -> dict[str, Any]:
         "summary": str((record.output or {}).get("summary", ""))[:1000],
         "error": record.error[:1000],
         "approved_by": _username(record.approved_by) if record.approved_by_id else "",
-        "writes": record.writes.count(),
+        "writes": len(written)
+        if (written := getattr(record, "written_paths", None)) is not None
+        else record.writes.count(),
     }
 
 
