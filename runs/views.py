@@ -6,8 +6,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
@@ -43,7 +43,10 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "status": filters["status"],
         "statuses": run_status.STATUSES,
         "agents": Agent.objects.order_by("name"),
-        "requesters": User.objects.filter(runs__isnull=False).distinct().order_by("username"),
+        "requesters": get_user_model()
+        .objects.filter(runs__isnull=False)
+        .distinct()
+        .order_by("username"),
         "can_submit": request.user.has_perm("runs.add_run"),
     }
     if filters["status"] and filters["status"] not in run_status.STATUSES:
