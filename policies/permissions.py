@@ -16,7 +16,7 @@ from .core.paths import normalize_relative
 from .core.permissions import Call, Grant, Policy, PolicyError, Rule, Verdict, decide
 from .core.tool_specs import BUILTIN_TOOLS
 from .models import Policy as PolicyRow
-from .models import ToolDefinition
+from .models import PolicyRule, ToolDefinition
 from .paths import resolve_in_workspace
 
 PATH_ARGUMENTS = ("path", "source", "target")
@@ -44,7 +44,17 @@ def _rule(key: str, tool: str, decision: str, path: str, reason: str) -> Rule:
 
 
 def policy_for_agent(agent: Any) -> Policy:
-    return policy_from_row(agent.policy) if agent.policy_id else policy_load(DEFAULT_POLICY_NAME)
+    """The agent's policy (or the default), read as plain values: this runs before every
+    tool call of every run, so no model instances are built for it."""
+    lookup = {"pk": agent.policy_id} if agent.policy_id else {"name": DEFAULT_POLICY_NAME}
+    row = PolicyRow.objects.filter(**lookup).values_list("pk", "name", "ceiling", "version")
+    found = row.first()
+    if found is None:
+        raise PolicyError(f"No policy {lookup.get('name', lookup.get('pk'))!r}.")
+    pk, name, ceiling, version = found
+    fields = ("key", "tool", "decision", "path", "reason")
+    rules = PolicyRule.objects.filter(policy_id=pk).order_by("order", "id").values_list(*fields)
+    return Policy(name, ceiling, tuple(_rule(*values) for values in rules), version)
 
 
 def policy_bump_version(*, policy: PolicyRow) -> None:
