@@ -11,7 +11,13 @@ from django.utils import timezone
 
 from runs.core import status as run_status
 from runs.models import Run
-from runs.services import run_dispatch, run_event_append, run_transition, steps_close
+from runs.services import (
+    run_dispatch,
+    run_event_append,
+    run_transition,
+    session_end_dispatch,
+    steps_close,
+)
 
 from .models import ApprovalRequest
 
@@ -48,7 +54,9 @@ def approval_decide(
     if decision not in DECISIONS:
         errors["decision"] = "Choose approve or reject."
     comment = (comment or "").strip()
-    if len(comment) > MAX_COMMENT_CHARS:
+    if "\x00" in comment or "\x00" in (confirm or ""):
+        errors["comment"] = "The comment cannot contain a NUL character."
+    elif len(comment) > MAX_COMMENT_CHARS:
         errors["comment"] = f"Keep the comment under {MAX_COMMENT_CHARS} characters."
     elif decision == "reject" and not comment:
         errors["comment"] = "Say why you reject it: the requester and the model read this."
@@ -64,6 +72,9 @@ def approval_decide(
         else ApprovalRequest.Status.REJECTED
     )
     with transaction.atomic():
+        # The run's row first, as run_cancel does: the same lock order, so a decision and a
+        # cancel at the same moment queue behind each other instead of deadlocking.
+        Run.objects.select_for_update().filter(pk=approval.run_id).first()
         won = ApprovalRequest.objects.filter(
             pk=approval.pk, status=ApprovalRequest.Status.PENDING
         ).update(
@@ -111,6 +122,9 @@ def _resume(run: Run, approval: ApprovalRequest, user: Any) -> None:
             reason = f"rejected by {user.get_username()}: {approval.comment}"
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
             steps_close(run_id=run.pk, status="rejected")
+            transaction.on_commit(
+                partial(session_end_dispatch, run_id=run.pk, outcome="failed", reason=reason)
+            )
             return
         run_transition(run_id=run.pk, to=run_status.VERIFYING, detail={"approval": "approved"})
     else:

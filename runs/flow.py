@@ -49,8 +49,8 @@ from .leases import (
     lease_release,
 )
 from .model_clients import model_for_run, system_blocks
-from .models import Message, ModelCall, Run, Step, ToolCall
-from .services import run_event_append, run_transition, steps_close
+from .models import Message, ModelCall, Run, RunEvent, Step, ToolCall
+from .services import cancel_if_requested, run_event_append, run_transition, steps_close
 from .tool_calls import (
     ToolCallStarted,
     tool_call_recover,
@@ -108,6 +108,7 @@ def run_execute(*, run_id: Any, worker: str) -> None:
         _fail(lease, f"internal error in the harness: {type(error).__name__}: {error}"[:2000])
     finally:
         lease_release(lease)
+        cancel_if_requested(run_id=run_id)
 
 
 def _advance(driver: Driver) -> bool:
@@ -739,7 +740,7 @@ def _verify(driver: Driver, run: Run) -> bool:
     checked, problems, unchecked = [], [], []
     for path in drafts:
         record = _harness_call(
-            driver, run, "runValidation", {"path": path}, f"verify:{rounds}:{path}"
+            driver, run, "runValidation", {"path": path}, f"verify:{rounds}:{_path_id(path)}"
         )
         if record.status != "ok":
             unchecked.append({"path": path, "why": record.error})
@@ -820,9 +821,17 @@ def _harness_call(
             )
         except ToolCallStarted:
             raise LeaseLost(f"Another worker runs {tool_use_id} of run {run.pk}.") from None
+    # Its event: once, even when the worker died between recording the call and the event.
+    told = RunEvent.objects.filter(run=run, type="tool.call", payload__tool_call=str(record.pk))
+    if not told.exists():
         with fenced(driver.lease):
             run_event_append(run_id=run.pk, type="tool.call", payload=_tool_event(record))
     return record
+
+
+def _path_id(path: str) -> str:
+    """A harness call's id part for a path: readable, and unique however long the path."""
+    return f"{hashlib.sha256(path.encode()).hexdigest()[:16]}:{path[:120]}"
 
 
 def _read(path: Any) -> bytes | None:
@@ -961,7 +970,7 @@ def _commit(driver: Driver, run: Run) -> bool:
             run,
             "commitDraft",
             {"path": path},
-            f"commit:{path}",
+            f"commit:{_path_id(path)}",
             approved_by=approval.decided_by if approval else None,
         )
         if record.status != "ok":

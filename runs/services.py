@@ -168,6 +168,8 @@ def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
     for name, value in answers.items():
         if not isinstance(value, str) or not value.strip():
             raise ValidationError({"answers": f"The answer to {name!r} is empty."})
+        if "\x00" in value or "\x00" in str(name):
+            raise ValidationError({"answers": "An answer cannot contain a NUL character."})
         if len(value) > 2000:
             raise ValidationError({"answers": f"The answer to {name!r} is over 2000 characters."})
         clean[str(name)[:64]] = value.strip()
@@ -199,6 +201,7 @@ def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
             type="intake.answered",
             payload={"by": user.get_username(), "answers": clean},
         )
+        steps_close(run_id=run.pk, status="answered")
         run_transition(run_id=run.pk, to=run_status.PLANNING)
         transaction.on_commit(partial(run_dispatch, run_id=run.pk))
     run.refresh_from_db()
@@ -207,69 +210,110 @@ def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
 
 def run_cancel(*, run: Run, user: Any) -> Run:
     """Stop a run. One that holds no worker (waiting, or not yet claimed) fails at once;
-    a working one is told, and its worker stops at its next checkpoint."""
-    from approvals.models import ApprovalRequest
-
+    a working one is told, and its worker stops at its next checkpoint — or, if that
+    checkpoint was a wait, right after it lets the run go (cancel_if_requested)."""
     _may_act(user, run, "cancel")
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
             raise ValidationError({"run": f"The run has ended ({run.status}); nothing to cancel."})
-        if run.cancel_requested_at is not None:
-            return run
-        Run.objects.filter(pk=run.pk).update(cancel_requested_at=now, cancel_requested_by=user)
-        run_event_append(
-            run_id=run.pk, type="run.cancel_requested", payload={"by": user.get_username()}
-        )
+        if run.cancel_requested_at is None:
+            Run.objects.filter(pk=run.pk).update(cancel_requested_at=now, cancel_requested_by=user)
+            run_event_append(
+                run_id=run.pk, type="run.cancel_requested", payload={"by": user.get_username()}
+            )
         idle = run.status == run_status.WAITING_FOR_APPROVAL or not (
             run.lease_expires_at and run.lease_expires_at > now
         )
         if idle:
-            ApprovalRequest.objects.filter(run=run, status="pending").update(
-                status="cancelled", decided_at=now
-            )
-            reason = f"cancelled by {user.get_username()}"
-            run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
-            steps_close(run_id=run.pk, status="cancelled")
-            run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
+            _cancelled(run, f"cancelled by {user.get_username()}")
     run.refresh_from_db()
     return run
+
+
+def cancel_if_requested(*, run_id: Any) -> None:
+    """After a worker lets a run go: a cancel that arrived while it worked, and that the
+    worker could not act on because its last step was a wait, takes effect now."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if (
+            run is None
+            or run.cancel_requested_at is None
+            or run.status != run_status.WAITING_FOR_APPROVAL
+        ):
+            return
+        who = run.cancel_requested_by.get_username() if run.cancel_requested_by else "someone"
+        _cancelled(run, f"cancelled by {who}")
+
+
+def _cancelled(run: Run, reason: str) -> None:
+    """Inside the caller's transaction, with the run's row locked."""
+    from approvals.models import ApprovalRequest
+
+    ApprovalRequest.objects.filter(run=run, status="pending").update(
+        status="cancelled", decided_at=timezone.now()
+    )
+    run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+    steps_close(run_id=run.pk, status="cancelled")
+    run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
+    transaction.on_commit(
+        partial(session_end_dispatch, run_id=run.pk, outcome="failed", reason=reason)
+    )
+
+
+def session_end_dispatch(*, run_id: Any, outcome: str, reason: str) -> None:
+    """A run that ended outside a worker (cancelled while idle, its commit rejected) still
+    tells the session_end hooks, from a worker: a webhook must not hold a web request."""
+    from .tasks import run_session_end
+
+    try:
+        run_session_end.delay(str(run_id), outcome, reason)
+    except Exception:
+        logger.exception("Could not queue the session_end hooks of run %s", run_id)
 
 
 def run_rollback(*, run: Run, user: Any) -> list[str]:
     """Undo a completed run's writes (SPEC R8), newest first, all or nothing.
 
-    Every file must still hold what the run wrote; if one changed since, nothing is
-    restored and the refusal names it.
+    Under the run's row lock (two rollbacks at once: one wins, the other is refused), every
+    file must still hold what the run wrote; if one changed since, nothing is restored and
+    the refusal names it.
     """
+    from policies.core.paths import PathRefused
+    from policies.paths import resolve_in_workspace
+
     from .models import WriteRecord
     from .tool_calls import RollbackRefused
 
     if not (user.is_authenticated and (user.has_perm("runs.decide_approval") or user.is_superuser)):
         raise PermissionDenied("Only approvers and admins roll back runs.")
-    if run.status != run_status.COMPLETED:
-        raise RollbackRefused(f"Only a completed run can be rolled back; this one is {run.status}.")
-    from policies.paths import resolve_in_workspace
-
-    records = list(
-        WriteRecord.objects.filter(tool_call__run=run, rolled_back_at__isnull=True)
-        .select_related("tool_call")
-        .order_by("-tool_call__finished_at", "-order")
-    )
-    if not records:
-        raise RollbackRefused("This run wrote nothing that can be rolled back.")
-    targets = []
-    for record in records:
-        target = resolve_in_workspace(run.workspace.root, record.path).absolute
-        current = target.read_bytes() if target.is_file() else None
-        expected = bytes(record.after) if record.after is not None else None
-        if current != expected:
-            raise RollbackRefused(
-                f"{record.path} changed since this run wrote it; nothing was rolled back."
-            )
-        targets.append((record, target))
     with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("workspace").get(pk=run.pk)
+        if run.status != run_status.COMPLETED:
+            raise RollbackRefused(
+                f"Only a completed run can be rolled back; this one is {run.status}."
+            )
+        records = list(
+            WriteRecord.objects.filter(tool_call__run=run, rolled_back_at__isnull=True)
+            .select_related("tool_call")
+            .order_by("-tool_call__finished_at", "-order")
+        )
+        if not records:
+            raise RollbackRefused("This run wrote nothing that can be rolled back.")
+        targets = []
+        for record in records:
+            try:
+                target = resolve_in_workspace(run.workspace.root, record.path).absolute
+            except PathRefused as error:
+                raise RollbackRefused(f"{record.path} cannot be restored: {error}") from None
+            current = target.read_bytes() if target.is_file() else None
+            expected = bytes(record.after) if record.after is not None else None
+            if current != expected:
+                raise RollbackRefused(
+                    f"{record.path} changed since this run wrote it; nothing was rolled back."
+                )
+            targets.append((record, target))
         for record, target in targets:
             if record.before is None:
                 target.unlink(missing_ok=True)

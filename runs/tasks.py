@@ -42,3 +42,14 @@ def live_layer_trim() -> None:
     clean = getattr(layer, "clean_expired", None)
     if clean is not None:
         async_to_sync(clean)()
+
+
+@shared_task(ignore_result=True)
+def run_session_end(run_id: str, outcome: str, reason: str) -> None:
+    """session_end hooks of a run that ended outside a worker (services.session_end_dispatch)."""
+    from .models import Run
+    from .run_hooks import session_end
+
+    run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()
+    if run is not None and (run.loop or {}).get("state"):
+        session_end(run, outcome=outcome, reason=reason)

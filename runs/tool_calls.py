@@ -126,10 +126,16 @@ def _run_mcp(
     grants: Sequence[Grant],
     refuse: Any,
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    before_run: Callable[[str, dict[str, Any]], tuple[str, str] | None] | None = None,
 ) -> ToolCall:
     """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
-    the external call's request id is kept with the output)."""
+    the external call's request id is kept with the output). The pre_tool_use hooks run
+    before the checks here (they run together with the call): a halt still stops it."""
     from .mcp_client import mcp_run
+
+    if before_run is not None and (halted := before_run(record.tool, arguments)):
+        record.rule, record.reason = halted[0][:63], halted[1]
+        return refuse(halted[1], "deny")
 
     if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
         record.status = "running"
@@ -263,7 +269,9 @@ def tool_call_run(
     if problems:
         return refuse(f"Bad input for {tool}: {problems}.")
     if definition.source == "mcp":
-        return _run_mcp(record, definition, workspace, arguments, policy, grants, refuse, transform)
+        return _run_mcp(
+            record, definition, workspace, arguments, policy, grants, refuse, transform, before_run
+        )
     try:
         paths = _paths(arguments, workspace)
     except PathRefused as error:

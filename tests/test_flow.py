@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import AlreadyDecided, approval_decide
@@ -354,3 +355,68 @@ def test_an_approved_commit_closes_its_approval_stage(personas, run, docs):
     assert run.status == "completed"
     assert not run.steps.filter(status="running").exists()
     assert run.steps.get(name="approval").status == "completed"
+
+
+def test_a_cancel_that_arrived_during_the_last_step_before_a_wait_takes_effect(personas, run, docs):
+    from runs.services import cancel_if_requested
+
+    run = drive(run)
+    assert run.status == "waiting_for_approval"
+    # As if the cancel landed while the worker still held the run, before it waited.
+    Run.objects.filter(pk=run.pk).update(
+        cancel_requested_at=timezone.now(), cancel_requested_by=personas.operator
+    )
+    cancel_if_requested(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.failure_reason == "cancelled by otto-operator"
+    assert ApprovalRequest.objects.get(run=run).status == "cancelled"
+
+
+def test_a_second_cancel_of_a_flagged_waiting_run_still_cancels_it(personas, run, docs):
+    run = drive(run)
+    Run.objects.filter(pk=run.pk).update(
+        cancel_requested_at=timezone.now(), cancel_requested_by=personas.operator
+    )
+    run = run_cancel(run=run, user=personas.operator)
+    assert run.status == "failed"
+
+
+def test_nul_characters_in_answers_and_comments_are_refused(personas, run, docs):
+    run = drive(run)
+    approval = ApprovalRequest.objects.get(run=run)
+    with pytest.raises(ValidationError, match="NUL"):
+        approval_decide(
+            approval=approval, user=personas.approver, decision="reject", comment="no\x00"
+        )
+    with pytest.raises(ValidationError):
+        run_answer(run=run, user=personas.operator, answers={"path": "docs/a\x00.md"})
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_a_harness_call_recorded_without_its_event_gets_it_once_on_resume(personas, run, docs):
+    """The worker died between recording the commit's tool call and its event."""
+    run = drive(run)
+    approval = ApprovalRequest.objects.get(run=run)
+    approval_decide(approval=approval, user=personas.approver, decision="approve")
+    commit_id = f"commit:{flow._path_id('docs/configuration.md')}"
+    done = ToolCall.objects.create(
+        run=run,
+        workspace=run.workspace,
+        tool_use_id=commit_id,
+        tool="commitDraft",
+        arguments={"path": "docs/configuration.md"},
+        decision="allow",
+        status="ok",
+        output={"ok": True, "summary": "committed before the crash"},
+    )
+    run = drive(run)
+    assert run.status == "completed"
+    told = run.events.filter(type="tool.call", payload__tool_call=str(done.pk))
+    assert told.count() == 1
+    assert ToolCall.objects.filter(run=run, tool_use_id=commit_id).count() == 1
+
+
+def test_harness_call_ids_differ_for_long_paths_with_the_same_start():
+    long = "docs/" + "x" * 300
+    assert flow._path_id(long + "a.md") != flow._path_id(long + "b.md")
+    assert len(f"commit:{flow._path_id(long)}") <= 200
