@@ -305,6 +305,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Runs, their events and approvals (SPEC X3).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and the docs page answer logged-in users only, like the API itself.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -233,6 +233,9 @@ def test_session_clients_need_csrf_and_tokens_come_from_drf_create_token(
 
 
 def test_the_schema_and_the_docs(personas):
+    anonymous = APIClient()
+    assert anonymous.get("/api/schema/").status_code == 401
+    assert anonymous.get("/api/docs/").status_code in (401, 403)
     client = client_for(personas.operator)
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert schema.status_code == 200
