@@ -16,10 +16,12 @@ last checkpoint, and nothing recorded is written twice:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from policies.core.permissions import decide_paths
+from policies.core.permissions import Rule, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
@@ -287,6 +289,12 @@ def _task_text(run: Run) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=1024)
+def _write_glob(pattern: str) -> Callable[[str | None], bool]:
+    """The task's write paths match like policy globs; each is compiled once per process."""
+    return Rule("boundary", "*", "allow", pattern).matches_path
+
+
 def _boundary(run: Run) -> Any:
     bounds = (run.task or {}).get("boundaries") or {}
     tools = set(bounds.get("tools") or ())
@@ -300,13 +308,7 @@ def _boundary(run: Run) -> Any:
                 f"{', '.join(sorted(tools)) or 'no tools'}"
             )
         if tool in WRITE_TOOLS:
-            from policies.core.permissions import Rule
-
-            outside = [
-                p
-                for p in paths
-                if not any(Rule("b", "*", "allow", w).matches_path(p) for w in writes)
-            ]
+            outside = [p for p in paths if not any(_write_glob(w)(p) for w in writes)]
             if outside:
                 return (
                     f"{', '.join(outside)} is outside this task's boundaries: it may change "

@@ -7,7 +7,6 @@ an event that rolled back.
 from __future__ import annotations
 
 import logging
-import os
 from functools import partial
 from typing import Any
 
@@ -18,6 +17,7 @@ from django.utils import timezone
 from .core import status as run_status
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
 from .live import event_publish
+from .model_clients import model_key_set
 from .models import Agent, Run, RunEvent, Workspace
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def run_create(
             {"request": f"The request is {len(text)} characters; the limit is {MAX_REQUEST_CHARS}."}
         )
     script = replay_for(agent=agent.slug, workspace=workspace.slug, request=text)
-    if script is None and not os.environ.get("ANTHROPIC_API_KEY", "").strip():
+    if script is None and not model_key_set():
         raise ValidationError(
             {
                 "request": "No model can answer this request: ANTHROPIC_API_KEY is not set, "
@@ -142,15 +142,22 @@ def run_dispatch(*, run_id: Any) -> None:
         logger.exception("Could not queue run %s; the sweeper will.", run_id)
 
 
-def _may_act(user: Any, run: Run, what: str) -> None:
-    """The requester acts on their own run; operators and admins on any."""
+def run_may_act(user: Any, run: Run) -> bool:
+    """Answer, cancel: the requester on their own run, operators' managers and admins on any."""
     if not user.is_authenticated:
-        raise PermissionDenied(f"Log in to {what}.")
+        return False
     if run.requester_id == user.pk and user.has_perm("runs.add_run"):
-        return
-    if user.has_perm("runs.change_run"):
-        return
-    raise PermissionDenied(f"Only the requester or an operator may {what} this run.")
+        return True
+    return user.has_perm("runs.change_run")
+
+
+def run_may_roll_back(user: Any) -> bool:
+    return user.is_authenticated and (user.has_perm("runs.decide_approval") or user.is_superuser)
+
+
+def _may_act(user: Any, run: Run, what: str) -> None:
+    if not run_may_act(user, run):
+        raise PermissionDenied(f"Only the requester or an operator may {what} this run.")
 
 
 def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
@@ -280,13 +287,10 @@ def run_rollback(*, run: Run, user: Any) -> list[str]:
     file must still hold what the run wrote; if one changed since, nothing is restored and
     the refusal names it.
     """
-    from policies.core.paths import PathRefused
-    from policies.paths import resolve_in_workspace
-
     from .models import WriteRecord
-    from .tool_calls import RollbackRefused
+    from .tool_calls import RollbackRefused, writes_restore
 
-    if not (user.is_authenticated and (user.has_perm("runs.decide_approval") or user.is_superuser)):
+    if not run_may_roll_back(user):
         raise PermissionDenied("Only approvers and admins roll back runs.")
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("workspace").get(pk=run.pk)
@@ -301,27 +305,7 @@ def run_rollback(*, run: Run, user: Any) -> list[str]:
         )
         if not records:
             raise RollbackRefused("This run wrote nothing that can be rolled back.")
-        targets = []
-        for record in records:
-            try:
-                target = resolve_in_workspace(run.workspace.root, record.path).absolute
-            except PathRefused as error:
-                raise RollbackRefused(f"{record.path} cannot be restored: {error}") from None
-            current = target.read_bytes() if target.is_file() else None
-            expected = bytes(record.after) if record.after is not None else None
-            if current != expected:
-                raise RollbackRefused(
-                    f"{record.path} changed since this run wrote it; nothing was rolled back."
-                )
-            targets.append((record, target))
-        for record, target in targets:
-            if record.before is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(bytes(record.before))
-            WriteRecord.objects.filter(pk=record.pk).update(rolled_back_at=timezone.now())
-        paths = [record.path for record, _ in targets]
+        paths = writes_restore(records=records, workspace=run.workspace, who="this run")
         run_transition(
             run_id=run.pk,
             to=run_status.ROLLED_BACK,

@@ -508,34 +508,41 @@ class RollbackRefused(Exception):
 
 
 def tool_call_rollback(*, tool_call: ToolCall) -> list[str]:
-    """Restore the exact bytes from before the call's writes, newest write first.
-
-    Every file must still hold what the call wrote; if any changed since, nothing is
-    restored (a rollback never destroys work it did not make).
-    """
+    """Restore the exact bytes from before the call's writes, newest write first."""
     records = list(tool_call.writes.filter(rolled_back_at__isnull=True).order_by("-order"))
     if not records:
         raise RollbackRefused("This call has no writes left to roll back.")
-    workspace = tool_call.workspace
+    with transaction.atomic():
+        return writes_restore(records=records, workspace=tool_call.workspace, who="this call")
+
+
+def writes_restore(*, records: Sequence[WriteRecord], workspace: Workspace, who: str) -> list[str]:
+    """Put back the before bytes of ``records`` (in the order given), all or nothing.
+
+    Every file must still hold what was written; if any changed since, or now leads outside
+    the workspace, nothing is restored (a rollback never destroys work it did not make).
+    Call inside a transaction, so the marks roll back with a failure.
+    """
     targets = []
     for record in records:
-        target = resolve_in_workspace(workspace.root, record.path).absolute
-        current = target.read_bytes() if target.exists() else None
+        try:
+            target = resolve_in_workspace(workspace.root, record.path).absolute
+        except PathRefused as error:
+            raise RollbackRefused(f"{record.path} cannot be restored: {error}") from None
+        current = target.read_bytes() if target.is_file() else None
         expected = bytes(record.after) if record.after is not None else None
         if current != expected:
             raise RollbackRefused(
-                f"{record.path} changed since this call wrote it; nothing was rolled back."
+                f"{record.path} changed since {who} wrote it; nothing was rolled back."
             )
         targets.append((record, target))
-    with transaction.atomic():
-        for record, target in targets:
-            if record.before is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(bytes(record.before))
-            record.rolled_back_at = timezone.now()
-            record.save(update_fields=["rolled_back_at"])
+    for record, target in targets:
+        if record.before is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(bytes(record.before))
+        WriteRecord.objects.filter(pk=record.pk).update(rolled_back_at=timezone.now())
     return [record.path for record, _ in targets]
 
 

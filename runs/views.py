@@ -25,7 +25,14 @@ from .model_clients import model_key_set
 from .models import Agent, Run, SessionGrant, Workspace
 from .replays import replay_scripts
 from .selectors import parse_run_id, run_get_for_user
-from .services import run_answer, run_cancel, run_create, run_rollback
+from .services import (
+    run_answer,
+    run_cancel,
+    run_create,
+    run_may_act,
+    run_may_roll_back,
+    run_rollback,
+)
 from .tool_calls import RollbackRefused
 
 PAGE_SIZE = 50
@@ -132,10 +139,8 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "grants": run.grants.select_related("granted_by", "revoked_by"),
         "can_decide": user.has_perm("runs.decide_approval") and not is_requester,
         "is_requester": is_requester,
-        "can_act": (is_requester and user.has_perm("runs.add_run"))
-        or user.has_perm("runs.change_run"),
-        "can_rollback": run.status == run_status.COMPLETED
-        and (user.has_perm("runs.decide_approval") or user.is_superuser),
+        "can_act": run_may_act(user, run),
+        "can_rollback": run.status == run_status.COMPLETED and run_may_roll_back(user),
         "active": run.status in run_status.ACTIVE,
         "answer": run.model_calls.order_by("-turn").values_list("text", flat=True).first()
         if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
