@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from runs.api import django_errors
 
-from .models import ApprovalRequest
+from .models import ApprovalDecision, ApprovalRequest
 from .services import AlreadyDecided, approval_decide
 
 
@@ -28,34 +28,53 @@ class IsApprover(BasePermission):
         return bool(request.user and request.user.has_perm("runs.decide_approval"))
 
 
+class DecisionSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ApprovalDecision
+        fields = ["user", "decision", "comment", "shown_digest", "edited_diff", "decided_at"]
+
+
 class ApprovalSerializer(serializers.ModelSerializer):
+    """Read only: the API decides through ``decide`` and can change nothing else (A6)."""
+
     run = serializers.UUIDField(source="run_id", read_only=True)
     agent = serializers.CharField(source="run.agent.slug", read_only=True)
     requester = serializers.CharField(source="run.requester.username", read_only=True)
     decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decisions = DecisionSerializer(many=True, read_only=True)
 
     class Meta:
         model = ApprovalRequest
-        fields = [
+        read_only_fields = fields = [
             "id",
             "run",
             "agent",
             "requester",
             "kind",
             "status",
+            "status_reason",
             "tool",
             "arguments",
             "paths",
             "summary",
             "diff",
+            "edited_diff",
             "rule",
             "reason",
             "risk",
             "strong_confirmation",
+            "required_approvals",
+            "digest",
+            "file_hashes",
+            "policy_version",
             "requested_at",
+            "expires_at",
             "decided_at",
             "decided_by",
             "comment",
+            "decisions",
         ]
 
 
@@ -64,6 +83,21 @@ class DecideSerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
     confirm = serializers.CharField(required=False, allow_blank=True, max_length=1024, default="")
     remember = serializers.BooleanField(required=False, default=False)
+    digest = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The digest of the request as you were shown it; a changed request refuses.",
+    )
+    edited_diff = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=1_000_000,
+        default="",
+        help_text="Approve this unified diff instead of the proposed one; it must apply.",
+    )
 
 
 class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -74,7 +108,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def get_queryset(self) -> QuerySet[ApprovalRequest]:
         approvals = ApprovalRequest.objects.select_related(
             "run__agent", "run__requester", "decided_by"
-        )
+        ).prefetch_related("decisions__user")
         if self.action == "list" and (value := self.request.query_params.get("status")):
             if value not in ApprovalRequest.Status.values:
                 raise ValidationError(

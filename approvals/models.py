@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -57,13 +58,29 @@ class ApprovalRequest(models.Model):
     )
     comment = models.TextField(blank=True)
     remember = models.BooleanField(default=False)  # "remember for this run" (P4)
+    # The bytes each path held when asked (sha256, or None: absent): part of the digest.
+    file_hashes = models.JSONField(default=dict, blank=True)
+    required_approvals = models.PositiveSmallIntegerField(default=1)  # M of N for L3 (A4)
+    expires_at = models.DateTimeField(null=True, blank=True)  # A5
+    remind_at = models.DateTimeField(null=True, blank=True)  # None: no reminder
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    # The approver's edit of the patch, applied instead of the proposed change (A3).
+    edited_diff = models.TextField(blank=True)
+    status_reason = models.TextField(blank=True)  # why expired, invalidated or cancelled
 
     class Meta:
         ordering = ["requested_at"]
-        indexes = [models.Index(fields=["status", "requested_at"])]
+        indexes = [
+            models.Index(fields=["status", "requested_at"]),
+            models.Index(fields=["status", "expires_at"]),
+            models.Index(fields=["status", "remind_at"]),
+        ]
         constraints = [
+            # An invalidated request is asked again under the same tool_use id.
             models.UniqueConstraint(
-                fields=["run", "kind", "tool_use_id"], name="approval_once_per_question"
+                fields=["run", "kind", "tool_use_id"],
+                condition=~models.Q(status="invalidated"),
+                name="approval_once_per_question",
             )
         ]
 
@@ -73,3 +90,61 @@ class ApprovalRequest(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+
+class ImmutableRecord(Exception):
+    """An attempt to rewrite the audit trail."""
+
+
+class _AppendOnly(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        raise ImmutableRecord("Recorded decisions cannot be changed.")
+
+    def delete(self) -> Any:
+        raise ImmutableRecord("Recorded decisions cannot be deleted.")
+
+
+class ApprovalDecision(models.Model):
+    """One person's decision on one request, as they took it (SPEC A6): who, when, the
+    digest of what their page showed, their comment and any edit. Never changed afterwards:
+    the model refuses updates and deletes, the admin and the API offer neither.
+
+    A request needing M approvers (A4) collects M of these before it is approved; a single
+    rejection rejects it.
+    """
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+
+    approval = models.ForeignKey(
+        ApprovalRequest, on_delete=models.PROTECT, related_name="decisions"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_votes"
+    )
+    decision = models.CharField(max_length=8, choices=Decision)
+    comment = models.TextField(blank=True)
+    shown_digest = models.CharField(max_length=64)
+    edited_diff = models.TextField(blank=True)
+    remember = models.BooleanField(default=False)
+    decided_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = _AppendOnly.as_manager()
+
+    class Meta:
+        ordering = ["decided_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "user"], name="one_decision_per_approver")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.decision} {self.approval_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecord("A recorded decision cannot be changed.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ImmutableRecord("A recorded decision cannot be deleted.")

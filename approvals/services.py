@@ -1,7 +1,14 @@
-"""Deciding an approval request (SPEC P5, A3, A4): one service, atomic, and it resumes the run."""
+"""Approval requests (SPEC P5, A3–A6): asking, deciding, expiring, invalidating.
+
+Every change of a request happens here, under the run's row lock taken first (the lock
+order run_cancel uses too), so a decision, an expiry and a cancel at the same moment queue
+behind each other; of concurrent decisions exactly one takes effect.
+"""
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -9,6 +16,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from policies.models import Policy, ToolDefinition
 from runs.core import status as run_status
 from runs.models import Run
 from runs.services import (
@@ -19,21 +27,155 @@ from runs.services import (
     steps_close,
 )
 
-from .models import ApprovalRequest
+from .binding import binding_for, originals_for
+from .core.binding import Binding
+from .core.patch import PatchError, apply_patch, parse_patch
+from .models import ApprovalDecision, ApprovalRequest
 
 DECISIONS = ("approve", "reject")
 MAX_COMMENT_CHARS = 4000
+MAX_EDIT_CHARS = 1_000_000
+EDITABLE_TOOLS = frozenset({"commitDraft"})
+EXPIRED_REASON = "approval expired"
 
 
 class AlreadyDecided(Exception):
     """Someone else decided first (or the request expired or was cancelled): HTTP 409."""
 
-    def __init__(self, approval: ApprovalRequest) -> None:
+    def __init__(self, approval: ApprovalRequest, message: str = "") -> None:
         self.approval = approval
         who = approval.decided_by.get_username() if approval.decided_by else "the harness"
-        super().__init__(f"This request is already {approval.status} (by {who}).")
+        super().__init__(message or f"This request is already {approval.status} (by {who}).")
 
 
+# --- asking ---------------------------------------------------------------------------------
+def approval_request_create(
+    *,
+    run: Run,
+    kind: str,
+    tool: str,
+    arguments: dict[str, Any],
+    paths: Sequence[str],
+    tool_use_id: str,
+    summary: str,
+    rule: str,
+    reason: str,
+    strong_confirmation: bool,
+    policy_version: int | None,
+) -> ApprovalRequest:
+    """Record a question to the approvers, bound to what they will be shown (the diff, the
+    files' hashes, the policy version), with its expiry from the agent's policy and the
+    number of approvers an L3 action needs. Call inside the caller's transaction; the
+    approvers are notified once it commits."""
+    policy = _policy_row(run)
+    binding = binding_for(
+        run=run,
+        kind=kind,
+        tool=tool,
+        arguments=arguments,
+        paths=paths,
+        policy_version=policy_version,
+    )
+    level = ToolDefinition.objects.filter(name=tool).values_list("permission_level", flat=True)
+    required = policy.l3_approvals_required if policy and level.first() == "L3" else 1
+    now = timezone.now()
+    expires_at = remind_at = None
+    if policy is not None:
+        expires_at = now + datetime.timedelta(minutes=policy.approval_expiry_minutes)
+        if policy.approval_reminder_minutes:
+            remind_at = expires_at - datetime.timedelta(minutes=policy.approval_reminder_minutes)
+            remind_at = max(remind_at, now)
+    approval = ApprovalRequest.objects.create(
+        run=run,
+        kind=kind,
+        tool_use_id=tool_use_id,
+        tool=tool[:120],
+        arguments=arguments,
+        paths=list(paths),
+        diff=binding.diff,
+        summary=summary,
+        rule=rule[:63],
+        reason=reason,
+        risk=run.risk,
+        strong_confirmation=strong_confirmation,
+        digest=binding.digest,
+        file_hashes=dict(binding.file_hashes),
+        policy_version=policy_version,
+        required_approvals=required,
+        expires_at=expires_at,
+        remind_at=remind_at,
+    )
+    from .notifications import notify_dispatch
+
+    transaction.on_commit(partial(notify_dispatch, approval_id=approval.pk, event="requested"))
+    return approval
+
+
+def _policy_row(run: Run) -> Policy | None:
+    from policies.core.default_policy import DEFAULT_POLICY_NAME
+
+    if run.agent.policy_id:
+        return Policy.objects.filter(pk=run.agent.policy_id).first()
+    return Policy.objects.filter(name=DEFAULT_POLICY_NAME).first()
+
+
+def approval_binding(approval: ApprovalRequest) -> Binding:
+    """The binding the approvers were shown, as recorded."""
+    return Binding(
+        approval.kind,
+        approval.tool,
+        approval.arguments,
+        approval.diff,
+        approval.file_hashes,
+        approval.policy_version,
+    )
+
+
+def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> None:
+    """What was approved (or is pending) no longer matches the workspace or the policy: the
+    request stops counting, and the harness asks again. Call inside the caller's transaction."""
+    reason = "; ".join(changes)[:2000]
+    updated = ApprovalRequest.objects.filter(
+        pk=approval.pk,
+        status__in=(ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED),
+    ).update(status=ApprovalRequest.Status.INVALIDATED, status_reason=reason)
+    if updated:
+        run_event_append(
+            run_id=approval.run_id,
+            type="approval.invalidated",
+            payload={
+                "approval": str(approval.pk),
+                "kind": approval.kind,
+                "tool": approval.tool,
+                "reason": reason,
+                "changes": changes[:20],
+            },
+        )
+
+
+def approvals_cancel_for_run(*, run_id: Any, reason: str) -> int:
+    """A run that ends leaves no request pending: nobody is asked about a dead run, and the
+    queue pages hear of each one that leaves. Inside the caller's transaction."""
+    pending = list(
+        ApprovalRequest.objects.filter(
+            run_id=run_id, status=ApprovalRequest.Status.PENDING
+        ).values_list("pk", "kind", "tool")
+    )
+    for pk, kind, tool in pending:
+        if ApprovalRequest.objects.filter(pk=pk, status=ApprovalRequest.Status.PENDING).update(
+            status=ApprovalRequest.Status.CANCELLED,
+            decided_at=timezone.now(),
+            status_reason=reason[:2000],
+        ):
+            run_event_append(
+                run_id=run_id,
+                type="approval.cancelled",
+                payload={"approval": str(pk), "kind": kind, "tool": tool, "reason": reason},
+            )
+    return len(pending)
+
+
+# --- deciding -------------------------------------------------------------------------------
 def approval_decide(
     *,
     approval: ApprovalRequest,
@@ -42,75 +184,157 @@ def approval_decide(
     comment: str = "",
     confirm: str = "",
     remember: bool = False,
+    digest: str = "",
+    edited_diff: str = "",
 ) -> ApprovalRequest:
-    """Approve or reject; of two concurrent decisions exactly one wins (the other gets
-    :class:`AlreadyDecided`). The run resumes: an approved or rejected tool call goes back
-    to the loop (the model hears of a rejection); a rejected commit fails the run."""
+    """Record one approver's decision; of concurrent decisions exactly one takes effect (the
+    others get :class:`AlreadyDecided`). ``digest`` is what the approver's page showed: a
+    page older than the request refuses. ``edited_diff`` replaces the proposed patch; it
+    must apply to the files as they are. A request needing M approvers stays pending until
+    M distinct approvers said yes; one rejection rejects it. A final decision resumes the
+    run: a tool call goes back to the loop (the model hears of a rejection or an edit); a
+    rejected commit fails the run."""
     if not (user.is_authenticated and user.has_perm("runs.decide_approval")):
         raise PermissionDenied("Only approvers decide approval requests.")
     if approval.run.requester_id == user.pk:
         raise PermissionDenied("A requester cannot decide on their own run.")
-    errors = {}
-    if decision not in DECISIONS:
-        errors["decision"] = "Choose approve or reject."
-    comment = (comment or "").strip()
-    if "\x00" in comment or "\x00" in (confirm or ""):
-        errors["comment"] = "The comment cannot contain a NUL character."
-    elif len(comment) > MAX_COMMENT_CHARS:
-        errors["comment"] = f"Keep the comment under {MAX_COMMENT_CHARS} characters."
-    elif decision == "reject" and not comment:
-        errors["comment"] = "Say why you reject it: the requester and the model read this."
-    if decision == "approve" and approval.strong_confirmation:
-        expected = approval.paths[0] if approval.paths else ""
-        if (confirm or "").strip() != expected:
-            errors["confirm"] = f"Type the path exactly ({expected}) to confirm."
+    comment, edited_diff = (comment or "").strip(), (edited_diff or "").replace("\r\n", "\n")
+    errors = _decision_errors(approval, decision, comment, confirm, digest, edited_diff)
+    if not errors and edited_diff and edited_diff != approval.diff:
+        try:
+            apply_patch(originals_for(approval.run, approval.paths), edited_diff, approval.paths)
+        except PatchError as error:
+            errors["edited_diff"] = f"The edited patch does not apply: {error}"
     if errors:
         raise ValidationError(errors)
-    status = (
-        ApprovalRequest.Status.APPROVED
-        if decision == "approve"
-        else ApprovalRequest.Status.REJECTED
-    )
+    if edited_diff == approval.diff:
+        edited_diff = ""  # unchanged: an ordinary approval
     with transaction.atomic():
-        # The run's row first, as run_cancel does: the same lock order, so a decision and a
-        # cancel at the same moment queue behind each other instead of deadlocking.
-        Run.objects.select_for_update().filter(pk=approval.run_id).first()
+        # The run's row first, as run_cancel does: one lock order, no deadlock.
+        run = Run.objects.select_for_update().get(pk=approval.run_id)
+        current = (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .select_related("run", "decided_by")
+            .get(pk=approval.pk)
+        )
+        if not current.is_pending:
+            raise AlreadyDecided(current)
+        if current.decisions.filter(user=user).exists():
+            raise AlreadyDecided(
+                current,
+                f"You approved this already; it needs {_missing(current)} more approver(s).",
+            )
+        ApprovalDecision.objects.create(
+            approval=current,
+            user=user,
+            decision=decision,
+            comment=comment,
+            shown_digest=digest or current.digest,
+            edited_diff=edited_diff,
+            remember=remember,
+        )
+        if decision == "approve" and _missing(current) > 0:
+            run_event_append(
+                run_id=run.pk,
+                type="approval.vote",
+                payload={
+                    "approval": str(current.pk),
+                    "by": user.get_username(),
+                    "approvals": current.decisions.filter(decision="approve").count(),
+                    "required": current.required_approvals,
+                },
+            )
+            return current
+        status = (
+            ApprovalRequest.Status.APPROVED
+            if decision == "approve"
+            else ApprovalRequest.Status.REJECTED
+        )
         won = ApprovalRequest.objects.filter(
-            pk=approval.pk, status=ApprovalRequest.Status.PENDING
+            pk=current.pk, status=ApprovalRequest.Status.PENDING
         ).update(
             status=status,
             decided_by=user,
             decided_at=timezone.now(),
             comment=comment,
             remember=remember and decision == "approve",
+            edited_diff=edited_diff,
         )
-        approval = ApprovalRequest.objects.select_related("run", "decided_by").get(pk=approval.pk)
-        if not won:
-            raise AlreadyDecided(approval)
-        run = Run.objects.select_for_update().get(pk=approval.run_id)
+        current = ApprovalRequest.objects.select_related("run", "decided_by").get(pk=current.pk)
+        if not won:  # cannot happen under the locks; kept as the last line of defence
+            raise AlreadyDecided(current)
         run_event_append(
             run_id=run.pk,
             type="approval.decided",
             payload={
-                "approval": str(approval.pk),
-                "kind": approval.kind,
-                "tool": approval.tool,
+                "approval": str(current.pk),
+                "kind": current.kind,
+                "tool": current.tool,
                 "decision": status,
                 "by": user.get_username(),
                 "comment": comment,
+                "edited": bool(edited_diff),
             },
         )
-        if remember and decision == "approve" and approval.kind == ApprovalRequest.Kind.TOOL_CALL:
+        if remember and decision == "approve" and current.kind == ApprovalRequest.Kind.TOOL_CALL:
             from runs.grants import grant_create
 
             grant_create(
                 run=run,
-                tool=approval.tool,
-                path=approval.paths[0] if approval.paths else "",
+                tool=current.tool,
+                path=current.paths[0] if current.paths else "",
                 user=user,
             )
-        _resume(run, approval, user)
-    return approval
+        _resume(run, current, user)
+    return current
+
+
+def _decision_errors(
+    approval: ApprovalRequest,
+    decision: str,
+    comment: str,
+    confirm: str,
+    digest: str,
+    edited_diff: str,
+) -> dict[str, str]:
+    errors = {}
+    if decision not in DECISIONS:
+        errors["decision"] = "Choose approve or reject."
+    if any("\x00" in value for value in (comment, confirm or "", digest or "", edited_diff)):
+        errors["comment"] = "A decision cannot contain a NUL character."
+    elif len(comment) > MAX_COMMENT_CHARS:
+        errors["comment"] = f"Keep the comment under {MAX_COMMENT_CHARS} characters."
+    elif decision == "reject" and not comment:
+        errors["comment"] = "Say why you reject it: the requester and the model read this."
+    if digest and digest != approval.digest:
+        errors["digest"] = "This request is not the one your page showed; reload it."
+    if decision == "approve" and approval.strong_confirmation:
+        expected = approval.paths[0] if approval.paths else ""
+        if (confirm or "").strip() != expected:
+            errors["confirm"] = f"Type the path exactly ({expected}) to confirm."
+    if edited_diff and edited_diff != approval.diff:
+        if decision != "approve":
+            errors["edited_diff"] = "Only an approval carries an edited patch."
+        elif approval.kind != ApprovalRequest.Kind.COMMIT and approval.tool not in EDITABLE_TOOLS:
+            errors["edited_diff"] = f"A {approval.tool} call has no patch to edit."
+        elif approval.required_approvals > 1:
+            errors["edited_diff"] = (
+                "A request that needs several approvers cannot be edited by one: reject it "
+                "with the change you want instead."
+            )
+        elif len(edited_diff) > MAX_EDIT_CHARS:
+            errors["edited_diff"] = f"Keep the patch under {MAX_EDIT_CHARS} characters."
+        else:
+            try:
+                parse_patch(edited_diff)
+            except PatchError as error:
+                errors["edited_diff"] = f"The edited patch cannot be read: {error}"
+    return errors
+
+
+def _missing(approval: ApprovalRequest) -> int:
+    approvals = approval.decisions.filter(decision="approve").count()
+    return max(0, approval.required_approvals - approvals)
 
 
 def _resume(run: Run, approval: ApprovalRequest, user: Any) -> None:
@@ -130,3 +354,77 @@ def _resume(run: Run, approval: ApprovalRequest, user: Any) -> None:
     else:
         run_transition(run_id=run.pk, to=run_status.RUNNING, detail={"approval": approval.status})
     transaction.on_commit(partial(run_dispatch, run_id=run.pk))
+
+
+# --- expiring -------------------------------------------------------------------------------
+def approvals_expire_due(*, now: datetime.datetime | None = None, limit: int = 500) -> int:
+    """Expire every pending request past its deadline; each run waiting on one fails with
+    "approval expired" (never "rejected": nobody decided)."""
+    now = now or timezone.now()
+    due = list(
+        ApprovalRequest.objects.filter(
+            status=ApprovalRequest.Status.PENDING, expires_at__lte=now
+        ).values_list("pk", flat=True)[:limit]
+    )
+    return sum(approval_expire(approval_id=pk, now=now) for pk in due)
+
+
+def approval_expire(*, approval_id: Any, now: datetime.datetime | None = None) -> bool:
+    now = now or timezone.now()
+    approval = ApprovalRequest.objects.filter(pk=approval_id).first()
+    if approval is None:
+        return False
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=approval.run_id)
+        waited = _duration(now - approval.requested_at)
+        reason = f"{EXPIRED_REASON}: no decision on “{approval.summary[:200]}” within {waited}"
+        expired = ApprovalRequest.objects.filter(
+            pk=approval.pk, status=ApprovalRequest.Status.PENDING, expires_at__lte=now
+        ).update(status=ApprovalRequest.Status.EXPIRED, decided_at=now, status_reason=reason)
+        if not expired:
+            return False  # decided or cancelled meanwhile
+        run_event_append(
+            run_id=run.pk,
+            type="approval.expired",
+            payload={
+                "approval": str(approval.pk),
+                "kind": approval.kind,
+                "tool": approval.tool,
+                "reason": reason,
+            },
+        )
+        if run.status == run_status.WAITING_FOR_APPROVAL:
+            Run.objects.filter(pk=run.pk).update(waiting_for="")
+            run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+            steps_close(run_id=run.pk, status="expired")
+            transaction.on_commit(
+                partial(session_end_dispatch, run_id=run.pk, outcome="failed", reason=reason)
+            )
+    return True
+
+
+def approvals_remind_due(*, now: datetime.datetime | None = None, limit: int = 500) -> int:
+    """Remind the approvers once of each pending request that expires soon."""
+    from .notifications import notify_dispatch
+
+    now = now or timezone.now()
+    due = list(
+        ApprovalRequest.objects.filter(
+            status=ApprovalRequest.Status.PENDING, remind_at__lte=now, reminded_at__isnull=True
+        ).values_list("pk", flat=True)[:limit]
+    )
+    reminded = 0
+    for pk in due:
+        # A conditional update: two beat processes (or a retry) remind once.
+        if ApprovalRequest.objects.filter(pk=pk, reminded_at__isnull=True).update(reminded_at=now):
+            notify_dispatch(approval_id=pk, event="reminder")
+            reminded += 1
+    return reminded
+
+
+def _duration(delta: datetime.timedelta) -> str:
+    minutes = max(1, round(delta.total_seconds() / 60))
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = minutes / 60
+    return f"{hours:.0f} h" if hours < 48 else f"{hours / 24:.0f} days"

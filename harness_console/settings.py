@@ -197,8 +197,14 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # whose worker's lease expired. A worker renews its lease every third of its length.
 HARNESS_RUN_LEASE_SECONDS = float(os.environ.get("HARNESS_RUN_LEASE_SECONDS", "30"))
 HARNESS_SWEEP_SECONDS = float(os.environ.get("HARNESS_SWEEP_SECONDS", "10"))
+# Pending approvals past their policy's deadline expire (SPEC A5); reminders go out first.
+HARNESS_APPROVAL_SWEEP_SECONDS = float(os.environ.get("HARNESS_APPROVAL_SWEEP_SECONDS", "30"))
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
-    "sweep-abandoned-runs": {"task": "runs.tasks.runs_sweep", "schedule": HARNESS_SWEEP_SECONDS}
+    "sweep-abandoned-runs": {"task": "runs.tasks.runs_sweep", "schedule": HARNESS_SWEEP_SECONDS},
+    "expire-approvals": {
+        "task": "approvals.tasks.approvals_sweep",
+        "schedule": HARNESS_APPROVAL_SWEEP_SECONDS,
+    },
 }
 if EMBEDDED:
     BROKER_DIR = VAR_DIR / "broker"
@@ -266,6 +272,35 @@ HARNESS_REPLAY_DIRS = [
     ).split(os.pathsep)
     if folder.strip()
 ]
+
+# --- Approvals: notifications ---------------------------------------------------------
+# Approvers get an email for each new request at or above this risk (low, medium, high);
+# "none" sends none. The webhook, if set, gets a JSON body for the same requests, signed
+# with HMAC-SHA256 of HARNESS_APPROVAL_WEBHOOK_SECRET in X-Harness-Signature when that is set.
+HARNESS_APPROVAL_NOTIFY_RISK = os.environ.get("HARNESS_APPROVAL_NOTIFY_RISK", "medium")
+HARNESS_APPROVAL_WEBHOOK_URL = os.environ.get("HARNESS_APPROVAL_WEBHOOK_URL", "")
+HARNESS_APPROVAL_WEBHOOK_SECRET = os.environ.get("HARNESS_APPROVAL_WEBHOOK_SECRET", "")
+# Links in emails and webhook bodies point here.
+HARNESS_BASE_URL = os.environ.get("HARNESS_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "harness-console@localhost")
+# Embedded default: mail is printed by the process that sends it (the worker's log); in
+# production set EMAIL_HOST (and EMAIL_PORT, EMAIL_HOST_USER, ...) for SMTP.
+if os.environ.get("EMAIL_HOST"):
+    MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {
+                "host": os.environ["EMAIL_HOST"],
+                "port": int(os.environ.get("EMAIL_PORT", "587")),
+                "username": os.environ.get("EMAIL_HOST_USER", ""),
+                "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+                "use_tls": env_bool("EMAIL_USE_TLS", default=True),
+                "timeout": 10,
+            },
+        }
+    }
+else:
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
 
 # --- Auth ------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -118,6 +118,23 @@ class Policy(models.Model):
     ceiling = models.CharField(max_length=2, choices=[(lv, lv) for lv in LEVELS], default="L2")
     version = models.PositiveIntegerField(default=1, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
+    # Approvals under this policy (SPEC A4, A5).
+    approval_expiry_minutes = models.PositiveIntegerField(
+        default=24 * 60,
+        validators=[MinValueValidator(1), MaxValueValidator(30 * 24 * 60)],
+        help_text="A pending approval request expires after this long; its run then fails.",
+    )
+    approval_reminder_minutes = models.PositiveIntegerField(
+        default=60,
+        validators=[MaxValueValidator(30 * 24 * 60)],
+        help_text="Remind the approvers this long before a request expires (0: no reminder).",
+    )
+    l3_approvals_required = models.PositiveSmallIntegerField(
+        "approvers for L3 actions",
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(5)],
+        help_text="Distinct approvers an L3 action (delete, shell, publish, ...) needs.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +27,16 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
+from approvals.binding import binding_for, originals_for
+from approvals.core.binding import binding_changes
+from approvals.core.patch import PatchError, apply_patch
 from approvals.models import ApprovalRequest
+from approvals.services import (
+    approval_binding,
+    approval_invalidate,
+    approval_request_create,
+    approvals_cancel_for_run,
+)
 from policies.core.permissions import Rule, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
@@ -60,7 +68,6 @@ from .tool_calls import (
     tool_output,
 )
 from .tool_registry import tool_definitions_for
-from .tools.builtin import unified_diff
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +180,7 @@ def _fail(lease: Lease, reason: str, *, cancelled: bool = False) -> None:
             run = Run.objects.get(pk=lease.run_id)
             if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
                 return
-            _close_approvals(run, "cancelled")
+            approvals_cancel_for_run(run_id=run.pk, reason=reason)
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
             steps_close(run_id=run.pk, status="cancelled" if cancelled else "failed")
             if cancelled:
@@ -189,12 +196,6 @@ def _session_end(run_id: Any, outcome: str, reason: str) -> None:
     run = Run.objects.select_related("agent", "workspace").get(pk=run_id)
     if (run.loop or {}).get("state"):  # the session started
         run_hooks.session_end(run, outcome=outcome, reason=reason)
-
-
-def _close_approvals(run: Run, status: str) -> None:
-    ApprovalRequest.objects.filter(run=run, status=ApprovalRequest.Status.PENDING).update(
-        status=status, decided_at=timezone.now()
-    )
 
 
 def _username(user: Any) -> str:
@@ -510,11 +511,9 @@ def _tool_call(
     driver: Driver, run: Run, block: dict[str, Any], data: dict[str, Any]
 ) -> ToolCall | None:
     tool_use_id, tool, arguments = block["id"], block["name"], block.get("input") or {}
-    approved = (data.get("approved") or {}).get(tool_use_id)
-    approver = None
-    if approved:
-        approver = ApprovalRequest.objects.select_related("decided_by").get(pk=approved).decided_by
     policy = policy_for_agent(run.agent)
+    approval = _approval_in_force(driver, run, data, tool_use_id, policy.version)
+    approver = approval.decided_by if approval is not None else None
 
     def before_run(tool: str, arguments: dict[str, Any]) -> tuple[str, str] | None:
         halted = run_hooks.pre_tool_use(run, tool, arguments)
@@ -538,6 +537,8 @@ def _tool_call(
         )
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None
+    if approval is not None and approval.edited_diff and record.status == "ok":
+        _edited_note(record, approval)
     if record.status == "ask":
         problem = _preflight(run, record)
         if problem:  # never ask a person to approve what cannot happen
@@ -547,6 +548,83 @@ def _tool_call(
         _ask(driver, run, record, data)
         return None
     return record
+
+
+def _approval_in_force(
+    driver: Driver, run: Run, data: dict[str, Any], tool_use_id: str, policy_version: int
+) -> ApprovalRequest | None:
+    """The approval this call runs under, if it still holds. One given for other files,
+    another diff or another policy version is invalidated, and the call asks again."""
+    approved = (data.get("approved") or {}).get(tool_use_id)
+    if not approved:
+        return None
+    approval = ApprovalRequest.objects.select_related("decided_by").get(pk=approved)
+    if approval.status != ApprovalRequest.Status.APPROVED:
+        return None
+    changes = _binding_changes(run, approval, policy_version)
+    if not changes:
+        return approval
+    with fenced(driver.lease):
+        approval_invalidate(approval=approval, changes=changes)
+        left = {k: v for k, v in (data.get("approved") or {}).items() if k != tool_use_id}
+        data["approved"] = left
+        _update(run, loop=data)
+    return None
+
+
+def _binding_changes(run: Run, approval: ApprovalRequest, policy_version: int) -> list[str]:
+    """What differs from what the approvers were shown; an approved edit is written into
+    the drafts here, once it is certain the files it was validated against are unchanged."""
+    now = binding_for(
+        run=run,
+        kind=approval.kind,
+        tool=approval.tool,
+        arguments=approval.arguments,
+        paths=approval.paths,
+        policy_version=policy_version,
+    )
+    shown = approval_binding(approval)
+    changes = binding_changes(shown, now, diff_replaced=bool(approval.edited_diff))
+    if not changes and approval.edited_diff and (problem := _edit_apply(run, approval)):
+        changes = [problem]
+    return changes
+
+
+def _edited_note(record: ToolCall, approval: ApprovalRequest) -> None:
+    """The model hears that what ran is not what it asked for (issue 6, A3)."""
+    who = _username(approval.decided_by)
+    record.output = {
+        **(record.output or {}),
+        "modified_by_approver": who,
+        "approver_note": (
+            f"{who} edited your change before approving it; what was committed is the "
+            "applied_patch, not your draft."
+        ),
+        "applied_patch": approval.edited_diff[:20_000],
+    }
+    record.save(update_fields=["output"])
+
+
+def _edit_apply(run: Run, approval: ApprovalRequest) -> str:
+    """Write the approver's edited version into the run's drafts, which the commit then
+    writes; returns a problem, or "" (it was validated against these very files)."""
+    drafts = run.workspace.drafts_path / str(run.pk)
+    try:
+        edited = apply_patch(
+            originals_for(run, approval.paths), approval.edited_diff, approval.paths
+        )
+    except PatchError as error:
+        return f"The approved edit no longer applies: {error}"
+    for path, text in edited.items():
+        target = (drafts / path).resolve()
+        if not target.is_relative_to(drafts.resolve()):
+            return f"The edit names {path}, outside the drafts."
+        if text is None:
+            target.unlink(missing_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return ""
 
 
 def _preflight(run: Run, record: ToolCall) -> str:
@@ -568,33 +646,23 @@ def _preflight(run: Run, record: ToolCall) -> str:
 
 def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> None:
     tool = record.tool
-    drafts = run.workspace.drafts_path / str(run.pk)
-    diff, paths = "", [p for p in [record.path] if p]
-    if tool == "commitDraft" and record.path:
-        diff = unified_diff(
-            _read(run.workspace.root_path / record.path), _read(drafts / record.path), record.path
-        )
-    elif tool == "deleteFile" and record.path:
-        diff = unified_diff(_read(run.workspace.root_path / record.path), None, record.path)
-    elif tool == "renameFile":
+    paths = [p for p in [record.path] if p]
+    if tool == "renameFile":
         paths = [str(record.arguments.get("source", "")), str(record.arguments.get("target", ""))]
     state = loop.state_from_json(data["state"])
     new_state, _ = loop.step(state, loop.NeedsPerson(record.tool_use_id, record.reason))
     with fenced(driver.lease):
-        approval = ApprovalRequest.objects.create(
+        approval = approval_request_create(
             run=run,
             kind=ApprovalRequest.Kind.TOOL_CALL,
             tool_use_id=record.tool_use_id,
             tool=tool,
             arguments=record.arguments,
             paths=paths,
-            diff=diff,
             summary=f"{tool} {', '.join(paths)}".strip(),
             rule=record.rule,
             reason=record.reason,
-            risk=run.risk,
             strong_confirmation=record.decision == "ask_strong" or tool in STRONG_CONFIRMATION,
-            digest=_digest(record.arguments, diff),
             policy_version=record.policy_version,
         )
         _update(run, loop={**data, "state": loop.state_to_json(new_state)}, waiting_for="approval")
@@ -617,6 +685,8 @@ def _approval_event(approval: ApprovalRequest) -> dict[str, Any]:
         "rule": approval.rule,
         "reason": approval.reason,
         "strong_confirmation": approval.strong_confirmation,
+        "required_approvals": approval.required_approvals,
+        "expires_at": approval.expires_at.isoformat() if approval.expires_at else None,
         "status": approval.status,
     }
 
@@ -628,7 +698,9 @@ def _tool_decided(driver: Driver, run: Run, state: loop.LoopState, data: dict[st
         ApprovalRequest.objects.filter(
             run=run, kind=ApprovalRequest.Kind.TOOL_CALL, tool_use_id=tool_use_id
         )
+        .exclude(status=ApprovalRequest.Status.INVALIDATED)
         .select_related("decided_by")
+        .order_by("-requested_at")
         .first()
     )
     if approval is None or approval.is_pending:
@@ -836,38 +908,36 @@ def _path_id(path: str) -> str:
     return f"{hashlib.sha256(path.encode()).hexdigest()[:16]}:{path[:120]}"
 
 
-def _read(path: Any) -> bytes | None:
-    try:
-        return path.read_bytes() if path.is_file() else None
-    except OSError:
-        return None
-
-
-def _digest(arguments: Any, diff: str) -> str:
-    body = json.dumps({"arguments": arguments, "diff": diff}, sort_keys=True, default=str)
-    return hashlib.sha256(body.encode()).hexdigest()
-
-
-def _drafts_digest(run: Run, paths: list[str]) -> tuple[str, str]:
-    drafts = run.workspace.drafts_path / str(run.pk)
-    diff = "".join(
-        unified_diff(_read(run.workspace.root_path / p), _read(drafts / p), p) for p in paths
-    )
-    return diff, _digest({"paths": paths}, diff)
-
-
 def _approval(driver: Driver, run: Run) -> bool:
     paths = _drafts(run)
     if not paths:
         return _complete(driver, run)
-    diff, digest = _drafts_digest(run, paths)
+    policy = policy_for_agent(run.agent)
+    binding = binding_for(
+        run=run,
+        kind=ApprovalRequest.Kind.COMMIT,
+        tool="commitDraft",
+        arguments={"paths": paths},
+        paths=paths,
+        policy_version=policy.version,
+    )
     existing = (
         ApprovalRequest.objects.filter(run=run, kind=ApprovalRequest.Kind.COMMIT)
+        .exclude(status=ApprovalRequest.Status.INVALIDATED)
         .select_related("decided_by")
         .order_by("-requested_at")
         .first()
     )
-    if existing is not None and existing.digest == digest and not existing.is_pending:
+    approved = existing is not None and existing.status == ApprovalRequest.Status.APPROVED
+    if approved and existing.paths != paths:
+        changes = ["the set of drafts to commit changed since the request"]
+    elif approved:
+        changes = _binding_changes(run, existing, policy.version)
+    if approved and changes:
+        with fenced(driver.lease):
+            approval_invalidate(approval=existing, changes=changes)
+        existing = None
+    if existing is not None and not existing.is_pending:
         if existing.status == ApprovalRequest.Status.APPROVED:
             with fenced(driver.lease):
                 step = run.steps.filter(name="approval", status="running").last()
@@ -878,7 +948,6 @@ def _approval(driver: Driver, run: Run) -> bool:
         who = _username(existing.decided_by)
         _fail(driver.lease, f"{existing.status} by {who}: {existing.comment or 'no reason given'}")
         return STOP
-    policy = policy_for_agent(run.agent)
     definition = ToolDefinition.objects.filter(name="commitDraft", enabled=True).first()
     verdicts = [
         decide_paths(
@@ -905,19 +974,17 @@ def _approval(driver: Driver, run: Run) -> bool:
     reason = asks[0].reason if asks else ((run.task or {}).get("approval") or {}).get("reason", "")
     with fenced(driver.lease):
         step = _step_begin(run, "approval", {"paths": paths})
-        approval = ApprovalRequest.objects.create(
+        approval = approval_request_create(
             run=run,
             kind=ApprovalRequest.Kind.COMMIT,
-            tool_use_id=f"commit:{digest[:16]}",
+            tool_use_id=f"commit:{binding.digest[:16]}",
             tool="commitDraft",
             arguments={"paths": paths},
             paths=paths,
-            diff=diff,
             summary=f"Commit {len(paths)} file(s): {', '.join(paths)}",
             rule=(asks[0].rule or "") if asks else "intake",
             reason=reason,
-            risk=run.risk,
-            digest=digest,
+            strong_confirmation=False,
             policy_version=policy.version,
         )
         _update(run, waiting_for="approval")
@@ -944,25 +1011,18 @@ def _commit(driver: Driver, run: Run) -> bool:
         .first()
     )
     paths = list(approval.paths) if approval else _drafts(run)
-    if approval is not None:
-        remaining = [p for p in paths if (run.workspace.drafts_path / str(run.pk) / p).exists()]
-        if (
-            remaining
-            and _drafts_digest(run, paths)[1] != approval.digest
-            and not ToolCall.objects.filter(run=run, tool_use_id__startswith="commit:").exists()
-        ):
-            # The drafts or the files changed since the person saw them: ask again.
-            with fenced(driver.lease):
-                ApprovalRequest.objects.filter(pk=approval.pk).update(
-                    status=ApprovalRequest.Status.INVALIDATED
-                )
-                run_event_append(
-                    run_id=run.pk,
-                    type="approval.invalidated",
-                    payload={"approval": str(approval.pk), "reason": "changed since approved"},
-                )
-                _update(run, stage="approval")
-            return CONTINUE
+    started = ToolCall.objects.filter(run=run, tool_use_id__startswith="commit:").exists()
+    # The files, the drafts or the policy changed since the person saw them: ask again.
+    version = policy_for_agent(run.agent).version
+    if (
+        approval is not None
+        and not started
+        and (changes := _binding_changes(run, approval, version))
+    ):
+        with fenced(driver.lease):
+            approval_invalidate(approval=approval, changes=changes)
+            _update(run, stage="approval")
+        return CONTINUE
     with fenced(driver.lease):
         step = _step_begin(run, "commit", {"paths": paths})
     committed = []
@@ -980,6 +1040,8 @@ def _commit(driver: Driver, run: Run) -> bool:
                 _step_end(step, status="failed", error=record.error)
             _fail(driver.lease, f"committing {path} failed: {record.error}")
             return STOP
+        if approval is not None and approval.edited_diff and "approver_note" not in record.output:
+            _edited_note(record, approval)
         committed.append(path)
     with fenced(driver.lease):
         _step_end(step, output={"committed": committed}, output_artifacts=committed)

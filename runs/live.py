@@ -19,6 +19,7 @@ from channels.layers import get_channel_layer
 logger = logging.getLogger(__name__)
 
 OPS_GROUP = "ops"
+APPROVALS_GROUP = "approvals"  # the approval queue pages: approval.* events of every run
 RUN_EVENT_MESSAGE = "run.event"
 
 
@@ -93,7 +94,10 @@ class _Publisher:
                 layer = get_channel_layer()
                 if layer is None:
                     continue
-                for group in (run_group(message["run_id"]), OPS_GROUP):
+                groups = [run_group(message["run_id"]), OPS_GROUP]
+                if str(message.get("event_type", "")).startswith("approval."):
+                    groups.append(APPROVALS_GROUP)
+                for group in groups:
                     try:
                         await layer.group_send(group, message)
                     except Exception:

@@ -256,11 +256,9 @@ def cancel_if_requested(*, run_id: Any) -> None:
 
 def _cancelled(run: Run, reason: str) -> None:
     """Inside the caller's transaction, with the run's row locked."""
-    from approvals.models import ApprovalRequest
+    from approvals.services import approvals_cancel_for_run
 
-    ApprovalRequest.objects.filter(run=run, status="pending").update(
-        status="cancelled", decided_at=timezone.now()
-    )
+    approvals_cancel_for_run(run_id=run.pk, reason=reason)
     run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
     steps_close(run_id=run.pk, status="cancelled")
     run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})

@@ -27,6 +27,7 @@ from runs.services import run_create
 
 from .fake_anthropic import FakeAnthropic
 from .stack import CHROMIUM_ARGS, CHROMIUM_EXECUTABLE, LiveStack, clear_broker_folder
+from .webhook_sink import WebhookSink
 
 FAKE_KEY = "sk-ant-test-not-a-real-key-000000000000"
 
@@ -41,6 +42,8 @@ settings.HARNESS_REPLAY_DIRS = REPLAY_DIRS
 # Short leases, so the sweeper finds a killed worker's run in seconds, not half a minute.
 os.environ.setdefault("HARNESS_RUN_LEASE_SECONDS", "4")
 os.environ.setdefault("HARNESS_SWEEP_SECONDS", "1")
+# Overdue approvals expire within a second of their deadline (SPEC A5).
+os.environ.setdefault("HARNESS_APPROVAL_SWEEP_SECONDS", "1")
 settings.HARNESS_RUN_LEASE_SECONDS = float(os.environ["HARNESS_RUN_LEASE_SECONDS"])
 
 PASSWORD = "correct horse battery staple"
@@ -129,17 +132,26 @@ def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
         app.control.purge()
     # The Anthropic SDK in the worker talks to a local fake server (tests queue its answers).
     fake = FakeAnthropic()
+    # Approval notifications from the worker reach this local receiver (every risk).
+    webhook = WebhookSink()
     stack = LiveStack(
         log_dir=var_dir / "test-logs",
-        extra_env={"ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_BASE_URL": fake.url},
+        extra_env={
+            "ANTHROPIC_API_KEY": FAKE_KEY,
+            "ANTHROPIC_BASE_URL": fake.url,
+            "HARNESS_APPROVAL_WEBHOOK_URL": webhook.url,
+            "HARNESS_APPROVAL_NOTIFY_RISK": "low",
+        },
     )
     stack.fake_anthropic = fake
+    stack.webhook = webhook
     try:
         stack.start(collectstatic=not settings.WHITENOISE_USE_FINDERS)
         yield stack
     finally:
         stack.stop()
         fake.close()
+        webhook.close()
 
 
 @pytest.fixture(scope="session")

@@ -140,6 +140,9 @@ def rule_form(policy, rows):
         "name": policy.name,
         "description": policy.description,
         "ceiling": policy.ceiling,
+        "approval_expiry_minutes": policy.approval_expiry_minutes,
+        "approval_reminder_minutes": policy.approval_reminder_minutes,
+        "l3_approvals_required": policy.l3_approvals_required,
         "rules-TOTAL_FORMS": len(rows),
         "rules-INITIAL_FORMS": 0,
     }

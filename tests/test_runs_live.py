@@ -9,6 +9,7 @@ lease expired) on the test databases, with the Anthropic SDK pointed at a local 
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from approvals.models import ApprovalRequest
@@ -157,6 +159,36 @@ def test_reject_fails_the_run_with_the_reason(live_stack, personas, agent, works
     assert run.status == "failed"
     assert run.failure_reason == "rejected by april-approver: Link the FAQ instead"
     assert (docs / "configuration.md").read_text() == BROKEN
+
+
+def test_the_worker_notifies_and_the_beat_expires_an_overdue_request(
+    live_stack, personas, agent, workspace, docs
+):
+    """The webhook is called by the worker for a new request; past its deadline the beat's
+    sweep expires it and the run fails with "approval expired", never "rejected"."""
+    run = run_create(agent=agent, workspace=workspace, requester=personas.operator, request=FIX)
+    run = wait_for(run.pk, "waiting_for_approval")
+    approval = ApprovalRequest.objects.get(run=run)
+    body = live_stack.webhook.wait_for(lambda b: str(approval.pk).encode() in b)
+    payload = json.loads(body)
+    assert payload["event"] == "approval.requested" and payload["run"]["id"] == str(run.pk)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - datetime.timedelta(seconds=1)
+    )
+    run = wait_for(run.pk, *TERMINAL, timeout=30)
+    assert run.status == "failed" and run.failure_reason.startswith("approval expired")
+    approval.refresh_from_db()
+    assert approval.status == "expired" and approval.decided_by is None
+    assert RunEvent.objects.filter(run=run, type="approval.expired").count() == 1
+    assert (docs / "configuration.md").read_text() == BROKEN
+    status, _ = api(
+        live_stack,
+        personas.approver,
+        "POST",
+        f"/api/approvals/{approval.pk}/decide/",
+        {"decision": "approve"},
+    )
+    assert status == 409
 
 
 def test_cancel_through_the_api(live_stack, personas, agent, workspace, docs):

@@ -57,7 +57,19 @@ class PolicyAdmin(admin.ModelAdmin):
     change_form_template = "admin/policies/policy_change_form.html"
     list_display = ("name", "ceiling", "version", "updated_at", "test_link")
     readonly_fields = ("version", "test_link")
-    fields = ("name", "description", "ceiling", "version", "test_link")
+    fieldsets = [
+        (None, {"fields": ("name", "description", "ceiling", "version", "test_link")}),
+        (
+            "Approvals",
+            {
+                "fields": (
+                    "approval_expiry_minutes",
+                    "approval_reminder_minutes",
+                    "l3_approvals_required",
+                )
+            },
+        ),
+    ]
     inlines = [PolicyRuleInline]
 
     @admin.display(description="Explain")

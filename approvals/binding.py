@@ -1,0 +1,58 @@
+"""The binding of an approval request, read from the workspace as it is now (issue 6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runs.tools.builtin import unified_diff
+
+from .core.binding import Binding, content_hash
+
+DIFF_TOOLS = frozenset({"commitDraft"})
+
+
+def binding_for(
+    *,
+    run: Any,
+    kind: str,
+    tool: str,
+    arguments: dict[str, Any],
+    paths: Sequence[str],
+    policy_version: int | None,
+) -> Binding:
+    """The diff a person is shown and the hashes of the files it changes, as they are now.
+
+    ``paths`` were resolved inside the workspace by the permission check; one that leads
+    outside anyway is neither read nor shown (hash None)."""
+    root = run.workspace.root_path
+    drafts = run.workspace.drafts_path / str(run.pk)
+    paths = [p for p in paths if p]
+    if kind == "commit" or tool in DIFF_TOOLS:
+        diff = "".join(unified_diff(_read(root, p), _read(drafts, p), p) for p in paths)
+    elif tool == "deleteFile":
+        diff = "".join(unified_diff(_read(root, p), None, p) for p in paths)
+    else:
+        diff = ""
+    hashes = {p: content_hash(_read(root, p)) for p in paths}
+    return Binding(kind, tool, arguments, diff, hashes, policy_version)
+
+
+def originals_for(run: Any, paths: Sequence[str]) -> dict[str, str | None]:
+    """The current text of each workspace file an edited patch applies to (None: absent)."""
+    originals: dict[str, str | None] = {}
+    for path in paths:
+        data = _read(run.workspace.root_path, path)
+        originals[path] = None if data is None else data.decode("utf-8", errors="replace")
+    return originals
+
+
+def _read(base: Path, relative: str) -> bytes | None:
+    try:
+        target = (base / relative).resolve()
+        if not target.is_relative_to(base.resolve()) or not target.is_file():
+            return None
+        return target.read_bytes()
+    except (OSError, ValueError):
+        return None

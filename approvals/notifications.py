@@ -1,0 +1,178 @@
+"""Telling approvers a request waits (issue 6): email through Django's mail backend, and an
+optional webhook with a JSON body. Sent from a worker, never from the request that asked,
+so a slow mail server or webhook never holds a run or a page."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.mail import EmailMessage, mailers
+from django.db.models import Q
+from django.urls import reverse
+
+from .models import ApprovalRequest
+
+logger = logging.getLogger(__name__)
+
+RISKS = ("low", "medium", "high")
+WEBHOOK_TIMEOUT_SECONDS = 5.0
+
+
+class WebhookFailed(Exception):
+    """The webhook did not answer 2xx; the task retries."""
+
+
+def notify_dispatch(*, approval_id: Any, event: str) -> None:
+    """Queue the email and the webhook for one request; a broker failure is logged, never
+    raised into the flow that asked (the request is on the queue page either way)."""
+    from .tasks import approval_email, approval_webhook
+
+    for task in (approval_email, approval_webhook):
+        try:
+            task.delay(str(approval_id), event)
+        except Exception:
+            logger.exception("Could not queue the %s for approval %s", task.name, approval_id)
+
+
+def worth_notifying(risk: str) -> bool:
+    """At or above the configured risk; an unknown risk (not assessed) counts as high."""
+    threshold = settings.HARNESS_APPROVAL_NOTIFY_RISK
+    if threshold not in RISKS:
+        return False
+    level = RISKS.index(risk) if risk in RISKS else len(RISKS) - 1
+    return level >= RISKS.index(threshold)
+
+
+def approvers_to_tell(approval: ApprovalRequest) -> list[str]:
+    """Active users who may decide it: approvers and admins, not its own requester."""
+    perm = Permission.objects.filter(
+        content_type__app_label="runs", codename="decide_approval"
+    ).first()
+    who = Q(is_superuser=True)
+    if perm is not None:
+        who |= Q(user_permissions=perm) | Q(groups__permissions=perm)
+    users = (
+        get_user_model()
+        .objects.filter(who, is_active=True)
+        .exclude(email="")
+        .exclude(pk=approval.run.requester_id)
+        .values_list("email", flat=True)
+        .distinct()
+    )
+    return sorted(set(users))
+
+
+def approval_email_send(*, approval_id: Any, event: str) -> int:
+    """One message per approver (none sees the others' addresses); returns how many."""
+    approval = _load(approval_id)
+    if approval is None or not approval.is_pending or not worth_notifying(approval.risk):
+        return 0
+    recipients = approvers_to_tell(approval)
+    if not recipients:
+        return 0
+    subject, body = _email_text(approval, event)
+    messages = [
+        EmailMessage(subject, body, settings.DEFAULT_FROM_EMAIL, [address])
+        for address in recipients
+    ]
+    return mailers.default.send_messages(messages) or 0
+
+
+def approval_webhook_send(*, approval_id: Any, event: str) -> bool:
+    url = settings.HARNESS_APPROVAL_WEBHOOK_URL
+    approval = _load(approval_id)
+    if not url or approval is None or not approval.is_pending:
+        return False
+    if not worth_notifying(approval.risk):
+        return False
+    body = json.dumps(webhook_body(approval, event), sort_keys=True).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "harness-console"}
+    if secret := settings.HARNESS_APPROVAL_WEBHOOK_SECRET:
+        signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        headers["X-Harness-Signature"] = f"sha256={signature}"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - an admin's URL
+    try:
+        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:  # noqa: S310
+            if not 200 <= response.status < 300:
+                raise WebhookFailed(f"The approval webhook answered {response.status}.")
+    except urllib.error.URLError as error:
+        raise WebhookFailed(f"The approval webhook failed: {error}") from None
+    return True
+
+
+def webhook_body(approval: ApprovalRequest, event: str) -> dict[str, Any]:
+    """What a chat bot or pager needs to say a request waits, and where; no diff, no file
+    content (they may hold what only approvers should read)."""
+    run = approval.run
+    return {
+        "event": f"approval.{event}",
+        "approval": {
+            "id": str(approval.pk),
+            "url": _url(approval),
+            "kind": approval.kind,
+            "tool": approval.tool,
+            "paths": approval.paths,
+            "summary": approval.summary,
+            "risk": approval.risk,
+            "rule": approval.rule,
+            "reason": approval.reason,
+            "strong_confirmation": approval.strong_confirmation,
+            "required_approvals": approval.required_approvals,
+            "requested_at": approval.requested_at.isoformat(),
+            "expires_at": approval.expires_at.isoformat() if approval.expires_at else None,
+        },
+        "run": {
+            "id": str(run.pk),
+            "agent": run.agent.slug,
+            "workspace": run.workspace.slug,
+            "requester": run.requester.get_username(),
+            "request": run.request[:500],
+        },
+    }
+
+
+def _email_text(approval: ApprovalRequest, event: str) -> tuple[str, str]:
+    run = approval.run
+    summary = approval.summary.replace("\n", " ")[:120]
+    if event == "reminder":
+        subject = f"[Harness] Reminder: approval expires soon: {summary}"
+        opening = "A request still waits for a decision and expires soon."
+    else:
+        subject = f"[Harness] Approval needed ({approval.risk or 'unassessed'} risk): {summary}"
+        opening = "An agent waits for a decision."
+    lines = [
+        opening,
+        "",
+        f"What: {approval.summary}",
+        f"Risk: {approval.risk or 'not assessed'}",
+        f"Agent: {run.agent.name} in {run.workspace.name}",
+        f"Requested by: {run.requester.get_username()}",
+        f"Why it asks: {approval.reason or approval.rule}",
+    ]
+    if approval.expires_at:
+        lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
+    if approval.required_approvals > 1:
+        lines.append(f"Needs {approval.required_approvals} distinct approvers.")
+    lines += ["", f"Review it: {_url(approval)}"]
+    return subject, "\n".join(lines) + "\n"
+
+
+def _url(approval: ApprovalRequest) -> str:
+    return settings.HARNESS_BASE_URL + reverse("approvals:review", args=[approval.pk])
+
+
+def _load(approval_id: Any) -> ApprovalRequest | None:
+    return (
+        ApprovalRequest.objects.select_related("run__agent", "run__workspace", "run__requester")
+        .filter(pk=approval_id)
+        .first()
+    )

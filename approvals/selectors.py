@@ -1,0 +1,102 @@
+"""Reading approval requests for the queue, the review page and the history (SPEC A1, A2, A6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.http import Http404
+
+from .models import ApprovalRequest
+
+RISK_RANK = Case(
+    When(risk="high", then=Value(3)),
+    When(risk="medium", then=Value(2)),
+    When(risk="low", then=Value(1)),
+    default=Value(4),  # not assessed: treated as the highest
+    output_field=IntegerField(),
+)
+SORTS = {
+    "oldest": ("requested_at",),
+    "newest": ("-requested_at",),
+    "risk": ("-risk_rank", "requested_at"),
+    "expiry": ("expires_at", "requested_at"),
+}
+
+
+def may_review(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.has_perm("runs.decide_approval"))
+
+
+def pending_count_for(user: Any) -> int:
+    """What the navigation shows an approver: pending requests they may decide."""
+    return (
+        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+        .exclude(run__requester=user)
+        .count()
+    )
+
+
+def queue_for(
+    user: Any, *, risk: str = "", kind: str = "", agent: str = "", sort: str = "oldest"
+) -> QuerySet[ApprovalRequest]:
+    """Pending requests this approver may decide (never their own runs', SPEC A4)."""
+    pending = (
+        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+        .exclude(run__requester=user)
+        .select_related("run__agent", "run__requester")
+        .annotate(risk_rank=RISK_RANK)
+    )
+    if risk:
+        pending = pending.filter(risk=risk)
+    if kind:
+        pending = pending.filter(kind=kind)
+    if agent:
+        pending = pending.filter(run__agent__slug=agent)
+    return pending.order_by(*SORTS.get(sort, SORTS["oldest"]))
+
+
+def may_read(user: Any) -> bool:
+    """Approvers read every request; so does anyone granted the model's view permission."""
+    if may_review(user):
+        return True
+    return bool(user.is_active and user.has_perm("approvals.view_approvalrequest"))
+
+
+def approval_for_user(user: Any, approval_id: Any) -> ApprovalRequest:
+    """The request, if this user may read it: 403 first (learning nothing), then 404."""
+    if not may_read(user):
+        raise PermissionDenied("Only approvers open approval requests.")
+    try:
+        return (
+            ApprovalRequest.objects.select_related(
+                "run__agent", "run__requester", "run__workspace", "decided_by"
+            )
+            .defer("run__loop")  # the loop's state: possibly large, never shown here
+            .get(pk=approval_id)
+        )
+    except ApprovalRequest.DoesNotExist:
+        raise Http404("No such approval request.") from None
+
+
+def pending_counts(user: Any) -> dict[str, int]:
+    """In one query: pending requests this approver may decide, and those on their own runs
+    (left to other approvers, A4)."""
+    mine = Q(run__requester=user)
+    return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).aggregate(
+        theirs=Count("pk", filter=~mine), own=Count("pk", filter=mine)
+    )
+
+
+def queue_neighbours(user: Any, approval: ApprovalRequest) -> dict[str, ApprovalRequest | None]:
+    """The requests before and after this one in the user's queue (oldest first)."""
+    if not may_review(user):
+        return {"previous": None, "next": None}
+    queue = queue_for(user)
+    return {
+        "previous": queue.filter(requested_at__lt=approval.requested_at)
+        .order_by("-requested_at")
+        .first(),
+        "next": queue.filter(requested_at__gt=approval.requested_at).first(),
+    }
