@@ -5,4 +5,9 @@ from django.urls import path
 from . import views
 
 app_name = "approvals"
-urlpatterns = [path("", views.approval_queue, name="queue")]
+urlpatterns = [
+    path("", views.approval_queue, name="queue"),
+    path("history/", views.approval_history, name="history"),
+    path("<uuid:approval_id>/", views.approval_review, name="review"),
+    path("<uuid:approval_id>/decide/", views.approval_decide_view, name="decide"),
+]

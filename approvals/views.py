@@ -1,27 +1,270 @@
-"""The approval queue: pending approval requests, oldest first. The full review queue
-(filters, live updates, the diff review page) is issue 6; deciding happens on the run page
-and through the API."""
+"""The approval pages (SPEC A1–A6): the live queue, the review page with its decision form,
+and the history. Thin: check who is asking, call one selector or service, render."""
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from .models import ApprovalRequest
+from runs.models import Agent
+
+from .core.patch import diff_rows
+from .diff_view import highlight_css, highlight_rows
+from .forms import RISKS, DecisionForm, HistoryFilterForm, QueueFilterForm
+from .models import ApprovalDecision, ApprovalRequest
+from .selectors import (
+    SORTS,
+    approval_for_user,
+    may_read,
+    may_review,
+    pending_counts,
+    queue_for,
+    queue_neighbours,
+)
+from .services import EDITABLE_TOOLS, AlreadyDecided, approval_decide
+
+# A page of work: approvers decide from the top. 200 rows kept 1,000 model instances alive
+# per request and set off full garbage collections (bench/approvals.py: p95 141 ms).
+QUEUE_LIMIT = 50
+MAX_DIFF_LINES = 5000
+KIND_LABELS = {kind: str(label) for kind, label in ApprovalRequest.Kind.choices}
+# What a queue row shows: not the diff, the arguments or the run's task and loop state,
+# which can each be large and would be read for every row for nothing.
+QUEUE_COLUMNS = (
+    "kind",
+    "status",
+    "tool",
+    "summary",
+    "risk",
+    "strong_confirmation",
+    "requested_at",
+    "expires_at",
+    "required_approvals",
+    "run__request",
+    "run__agent__name",
+    "run__requester__username",
+)
+HISTORY_PAGE_SIZE = 50
+HISTORY_UNSHOWN = (
+    "diff",
+    "edited_diff",
+    "arguments",
+    "file_hashes",
+    "run__task",
+    "run__loop",
+    "run__verification",
+    "run__compaction",
+    "run__agent__identity",
+)
 
 
+def _wants_fragment(request: HttpRequest) -> bool:
+    htmx = getattr(request, "htmx", None)
+    if htmx and not htmx.history_restore_request:
+        return True
+    return request.GET.get("fragment") == "1"
+
+
+# --- the queue ------------------------------------------------------------------------------
 @login_required
 def approval_queue(request: HttpRequest) -> HttpResponse:
-    if not request.user.has_perm("runs.decide_approval"):
+    """Pending requests this approver may decide, at most QUEUE_LIMIT rows: one query for
+    the rows, one count when there are more, one for the requests on their own runs."""
+    user = request.user
+    if not may_review(user):
         raise PermissionDenied("Only approvers open the approval queue.")
-    pending = (
-        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
-        .select_related("run__agent", "run__requester")
-        .order_by("requested_at")
+    agents = list(Agent.objects.order_by("name").values_list("slug", "name"))
+    form = QueueFilterForm(request.GET, agent_slugs=[slug for slug, _name in agents])
+    filters = form.filters()
+    pending = queue_for(user, **filters).only(*QUEUE_COLUMNS)
+    rows = list(pending[:QUEUE_LIMIT])
+    for row in rows:  # get_kind_display() costs a slow isinstance() per row
+        row.kind_label = KIND_LABELS.get(row.kind, row.kind)
+    filtered = any(filters[k] for k in ("risk", "kind", "agent"))
+    counts = pending_counts(user)
+    if len(rows) < QUEUE_LIMIT:
+        total = len(rows)
+    else:
+        total = pending.count() if filtered else counts["theirs"]
+    fragment = _wants_fragment(request)
+    context = {
+        "rows": rows,
+        "total": total,
+        "more": max(0, total - len(rows)),
+        "filters": filters,
+        "filtered": filtered,
+        "notices": form.notices(),
+        "own": counts["own"],
+        "approvals_pending": counts["theirs"],  # the navigation's count, without asking again
+        "fragment": fragment,
+        "risks": RISKS,
+        "kinds": ApprovalRequest.Kind.choices,
+        "agents": agents,
+        "sorts": list(SORTS),
+    }
+    template = "approvals/queue_table.html" if fragment else "approvals/queue.html"
+    return render(request, template, context)
+
+
+# --- the review page ------------------------------------------------------------------------
+@login_required
+def approval_review(request: HttpRequest, approval_id: Any) -> HttpResponse:
+    approval = approval_for_user(request.user, approval_id)
+    return _review(request, approval, DecisionForm())
+
+
+@cache
+def _highlight_css() -> str:
+    return highlight_css()
+
+
+def _review(
+    request: HttpRequest,
+    approval: ApprovalRequest,
+    form: DecisionForm,
+    *,
+    status: int = 200,
+    error: str = "",
+) -> HttpResponse:
+    user = request.user
+    run = approval.run
+    lines = approval.diff.splitlines(keepends=True)
+    # Highlighting costs per line: a huge diff shows its beginning, the API has it whole.
+    files = highlight_rows(diff_rows("".join(lines[:MAX_DIFF_LINES]))) if lines else []
+    decisions = list(approval.decisions.select_related("user"))
+    votes = sum(d.decision == ApprovalDecision.Decision.APPROVE for d in decisions)
+    voted = any(d.user_id == user.pk for d in decisions)
+    is_requester = run.requester_id == user.pk
+    task = run.task or {}
+    context = {
+        "approval": approval,
+        "run": run,
+        "files": files,
+        "diff_lines": len(lines),
+        "diff_cut": len(lines) > MAX_DIFF_LINES,
+        "max_diff_lines": MAX_DIFF_LINES,
+        "arguments": json.dumps(approval.arguments, indent=2, sort_keys=True, ensure_ascii=False),
+        "risk": task.get("risk") or {},
+        "task": task,
+        "decisions": decisions,
+        "votes": votes,
+        "voted": voted,
+        "is_requester": is_requester,
+        "may_decide": may_review(user),
+        "can_decide": approval.is_pending and may_review(user) and not is_requester and not voted,
+        **_editor(approval, files, form),
+        "siblings": ApprovalRequest.objects.filter(
+            run=run, status=ApprovalRequest.Status.PENDING
+        ).exclude(pk=approval.pk),
+        "form": form,
+        "error": error,
+        "highlight_css": _highlight_css(),
+        **queue_neighbours(user, approval),
+    }
+    return render(request, "approvals/review.html", context, status=status)
+
+
+def _editor(
+    approval: ApprovalRequest, files: list[dict[str, Any]], form: DecisionForm
+) -> dict[str, Any]:
+    """The patch editor: offered for a commit's patch (A3) that one person decides alone and
+    that is text (a binary change is described, not shown: nothing to edit); open, with
+    what was typed, when the page comes back with an edit."""
+    editable = (
+        approval.is_pending
+        and (approval.kind == ApprovalRequest.Kind.COMMIT or approval.tool in EDITABLE_TOOLS)
+        and approval.required_approvals == 1
+        and bool(approval.diff)
+        and not any(f["binary"] for f in files)
     )
-    own = pending.filter(run__requester=request.user).count()
-    # A requester never decides on their own run (A4): those are not theirs to work on.
-    pending = pending.exclude(run__requester=request.user)[:500]
-    return render(request, "approvals/queue.html", {"pending": pending, "own": own})
+    typed = (form["edited_diff"].value() or "") if form.is_bound else ""
+    changed = bool(typed) and typed.replace("\r\n", "\n") != approval.diff
+    return {
+        "editable": editable,
+        "edit_open": changed or "edited_diff" in form.errors,
+        "edited_text": typed or approval.diff,
+    }
+
+
+# --- deciding -------------------------------------------------------------------------------
+@login_required
+@require_POST
+def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse:
+    """Record one decision; then on to the next request in the queue. A refusal brings the
+    page back with what was typed and the reason next to its field."""
+    approval = approval_for_user(request.user, approval_id)
+    form = DecisionForm(request.POST)
+    arguments = form.decision_kwargs()
+    try:
+        decided = approval_decide(approval=approval, user=request.user, **arguments)
+    except ValidationError as error:
+        problems = (
+            error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+        )
+        for field, texts in problems.items():
+            form.add_error(field if field in form.fields else None, texts)
+        return _review(request, approval, form, status=400)
+    except AlreadyDecided as error:
+        fresh = approval_for_user(request.user, approval.pk)
+        return _review(request, fresh, form, status=409, error=str(error))
+    messages.success(request, _decided_message(decided, arguments["decision"]))
+    following = queue_for(request.user).exclude(pk=decided.pk).first()
+    if following is None:
+        return redirect("approvals:queue")
+    return redirect("approvals:review", approval_id=following.pk)
+
+
+def _decided_message(approval: ApprovalRequest, decision: str) -> str:
+    what = f"“{approval.summary or approval.get_kind_display()}”"
+    if approval.is_pending:  # one vote of several (A4)
+        votes = approval.decisions.filter(decision=ApprovalDecision.Decision.APPROVE).count()
+        return (
+            f"Your approval of {what} is recorded: {votes} of "
+            f"{approval.required_approvals} approvals."
+        )
+    edited = " with your edit" if approval.edited_diff else ""
+    verb = "Approved" if decision == "approve" else "Rejected"
+    return f"{verb} {what}{edited}."
+
+
+# --- the history ----------------------------------------------------------------------------
+@login_required
+def approval_history(request: HttpRequest) -> HttpResponse:
+    """Every request no longer pending, newest first, 50 a page; a filter that cannot be
+    read is named in a message and left out."""
+    if not may_read(request.user):
+        raise PermissionDenied("Only approvers read the approval history.")
+    form = HistoryFilterForm(request.GET)
+    requests = form.apply(
+        ApprovalRequest.objects.select_related("run__agent", "decided_by")
+        .defer(*HISTORY_UNSHOWN)
+        .prefetch_related(
+            Prefetch("decisions", queryset=ApprovalDecision.objects.select_related("user"))
+        )
+        .order_by("-requested_at")
+    )
+    page = Paginator(requests, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    fragment = _wants_fragment(request)
+    context = {
+        "form": form,
+        "problems": form.messages(),
+        "page": page,
+        "query": urlencode(form.query()),
+        "statuses": ApprovalRequest.Status.choices,
+        "kinds": ApprovalRequest.Kind.choices,
+        "agents": Agent.objects.order_by("name").values_list("slug", "name"),
+    }
+    template = "approvals/history_table.html" if fragment else "approvals/history.html"
+    status = 400 if form.errors and not fragment else 200
+    return render(request, template, context, status=status)

@@ -8,6 +8,7 @@ by later migrations reach the roles too (and a test database flush gets them bac
 
 from __future__ import annotations
 
+from functools import cache, partial
 from typing import Any
 
 from django.http import HttpRequest
@@ -78,17 +79,23 @@ def roles_sync_after_migrate(sender: Any, **kwargs: Any) -> None:
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
-    """The navigation shows only what the user's role may open."""
+    """The navigation shows only what the user's role may open; an approver's shows how
+    many requests wait for them. That count is one COUNT query, made only by a template
+    that shows it (a fragment re-fetched by a live page usually does not)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"nav": []}
-    items = []
+    items: list[tuple[str, str, str]] = []
+    context: dict[str, Any] = {"nav": items}
     if user.has_perm("runs.view_run"):
         items.append(("runs", "Runs", "runs:list"))
     if user.has_perm("runs.decide_approval"):
+        from approvals.selectors import pending_count_for
+
         items.append(("approvals", "Approvals", "approvals:queue"))
+        context["approvals_pending"] = cache(partial(pending_count_for, user))
     if user.has_perm("runs.view_dashboards"):
         items.append(("dashboards", "Dashboards", "dashboards"))
     if user.is_staff:
         items.append(("admin", "Admin", "admin:index"))
-    return {"nav": items}
+    return context

@@ -1,0 +1,188 @@
+// The approval pages. The queue follows /ws/approvals/, which says only that some request
+// changed: the page then fetches its table again through the ordinary view (same filters),
+// so what it shows is what the database and that view's checks say. The review page
+// switches the diff view, opens the patch editor and takes keyboard shortcuts.
+(function () {
+  "use strict";
+  var RETRY_MIN_MS = 500;
+  var RETRY_MAX_MS = 10000;
+  var DEBOUNCE_MS = 150;
+  var CLOSE_REASONS = {4401: "not logged in", 4403: "not allowed"};
+
+  function socketUrl() {
+    return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/approvals/";
+  }
+
+  // Calls onChange(event) for each change, and onChange(null) each time the socket opens:
+  // what changed between the page's rendering (or the last socket) and now was not heard.
+  // Reconnects with a doubling delay.
+  function follow(onChange, setStatus) {
+    var delay = RETRY_MIN_MS;
+    function connect() {
+      var socket = new WebSocket(socketUrl());
+      socket.onopen = function () {
+        delay = RETRY_MIN_MS;
+        setStatus("live", "ok");
+        onChange(null);
+      };
+      socket.onmessage = function (message) {
+        var data = null;
+        try { data = JSON.parse(message.data); } catch (ignored) { return; }
+        onChange(data);
+      };
+      socket.onclose = function (e) {
+        if (CLOSE_REASONS[e.code]) { setStatus(CLOSE_REASONS[e.code], "off"); return; }
+        setStatus("reconnecting", "off");
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, RETRY_MAX_MS);
+      };
+    }
+    connect();
+  }
+
+  function statusSetter(id) {
+    return function (text, cls) {
+      var el = document.getElementById(id);
+      if (!el) return;
+      el.textContent = text;
+      el.className = "live-status " + (cls || "");
+    };
+  }
+
+  // --- the queue ---------------------------------------------------------------------------
+  function queuePage(box) {
+    var timer = null;
+    var busy = false;
+    var again = false;
+    function fragmentUrl() {
+      var url = new URL(location.href);
+      url.searchParams.set("fragment", "1");
+      return url.pathname + url.search;
+    }
+    function refresh() {
+      if (busy) { again = true; return; }
+      busy = true;
+      var done = function () {
+        busy = false;
+        if (again) { again = false; schedule(); }
+      };
+      // htmx swaps the table and, out of band, the navigation's count.
+      htmx.ajax("GET", fragmentUrl(), {target: box, swap: "innerHTML"}).then(done, done);
+    }
+    function schedule() {
+      clearTimeout(timer);
+      timer = setTimeout(refresh, DEBOUNCE_MS);
+    }
+    follow(schedule, statusSetter("approvals-live-status"));
+  }
+
+  // --- the review page ---------------------------------------------------------------------
+  var VIEW_KEY = "harness.approvals.diffView";
+
+  function reviewPage(root) {
+    var inline = document.getElementById("diff-inline");
+    var side = document.getElementById("diff-side");
+    var form = document.getElementById("decision-form");
+    var comment = document.getElementById("comment");
+    var confirmInput = document.getElementById("confirm");
+    var toggle = document.getElementById("edit-toggle");
+    var editBox = document.getElementById("edit-patch");
+    var patch = document.getElementById("edited_diff");
+    var help = document.getElementById("shortcut-help");
+
+    function showView(view) {
+      if (!inline || !side) return;
+      inline.hidden = view !== "inline";
+      side.hidden = view !== "side";
+      document.querySelectorAll(".view-switch button").forEach(function (b) {
+        b.setAttribute("aria-pressed", String(b.dataset.view === view));
+      });
+      try { localStorage.setItem(VIEW_KEY, view); } catch (ignored) { /* private mode */ }
+    }
+    var saved = null;
+    try { saved = localStorage.getItem(VIEW_KEY); } catch (ignored) { /* private mode */ }
+    showView(saved === "side" ? "side" : "inline");
+    document.querySelectorAll(".view-switch button").forEach(function (b) {
+      b.addEventListener("click", function () { showView(b.dataset.view); });
+    });
+
+    function setEditing(open) {
+      if (!toggle) return;
+      editBox.hidden = !open;
+      patch.disabled = !open;  // a closed editor sends nothing: an ordinary approval
+      toggle.setAttribute("aria-expanded", String(open));
+      if (open) patch.focus();
+    }
+    if (toggle) {
+      toggle.addEventListener("click", function () { setEditing(editBox.hidden); });
+    }
+
+    function approve() {
+      if (!form) return;
+      if (confirmInput && confirmInput.value.trim() !== confirmInput.dataset.expected) {
+        confirmInput.focus();  // a strong confirmation is typed, never skipped by a key
+        return;
+      }
+      form.requestSubmit(document.getElementById("approve"));
+    }
+    function reject() {
+      if (!form) return;
+      if (!comment.value.trim()) { comment.focus(); return; }
+      form.requestSubmit(document.getElementById("reject"));
+    }
+    if (form) {
+      // A hint only: the server refuses a rejection without a reason anyway.
+      form.addEventListener("submit", function (e) {
+        var rejecting = e.submitter && e.submitter.value === "reject";
+        if (rejecting && !comment.value.trim()) {
+          e.preventDefault();
+          document.getElementById("comment-hint").hidden = false;
+          comment.focus();
+        }
+      });
+    }
+    function go(url) { if (url) location.href = url; }
+
+    document.addEventListener("keydown", function (e) {
+      if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented) return;
+      var target = e.target;
+      if (target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))) {
+        if (e.key === "Escape") target.blur();
+        return;
+      }
+      if (help && help.open && e.key !== "?") return;
+      switch (e.key) {
+        case "a": approve(); break;
+        case "r": reject(); break;
+        case "e": if (toggle) setEditing(editBox.hidden); break;
+        case "v": showView(inline && inline.hidden ? "inline" : "side"); break;
+        case "n": case "j": go(root.dataset.nextUrl); break;
+        case "k": go(root.dataset.previousUrl); break;
+        case "?":
+          if (!help) return;
+          if (help.open) help.close(); else help.showModal();
+          break;
+        default: return;
+      }
+      e.preventDefault();
+    });
+
+    // Another approver's decision, a vote or an expiry: this page no longer shows the truth.
+    if (root.dataset.status === "pending") {
+      follow(function (change) {
+        if (change && change.approval === root.dataset.approval) {
+          document.getElementById("review-stale").hidden = false;
+        }
+      }, function () {});
+    }
+  }
+
+  function start() {
+    var queue = document.getElementById("approval-queue");
+    if (queue) queuePage(queue);
+    var review = document.getElementById("approval-review");
+    if (review) reviewPage(review);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

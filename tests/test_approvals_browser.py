@@ -1,0 +1,192 @@
+"""The approval pages in a real browser on a real daphne, runs in a real Celery worker
+(issue 6, SPEC A1–A3, L2): the queue updates live, the review page switches views and takes
+keys, and a decision there resumes the run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from approvals.models import ApprovalRequest
+from runs.models import Run
+from runs.services import run_answer, run_create
+from tests.conftest import EVERYWHERE, session_cookie_for
+from tests.stack import off_loop, wait_until
+
+pytestmark = [EVERYWHERE, pytest.mark.browser]
+
+BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
+FIX = "Fix the broken link in docs/configuration.md"
+DELETE = "Delete the old FAQ page"
+
+
+@pytest.fixture
+def docs(workspace):
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
+    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
+    (workspace.root_path / "docs" / "old-faq.md").write_text("# Old FAQ\n")
+    return workspace.root_path / "docs"
+
+
+def login(page: Page, stack, client, user) -> None:
+    page.context.add_cookies([{**session_cookie_for(client, user), "url": stack.url}])
+
+
+def submit(personas, agent, workspace, request: str = FIX) -> Run:
+    """The operator submits a run; the live stack's worker takes it."""
+    return off_loop(
+        run_create,
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request=request,
+    )
+
+
+def open_queue(page: Page, stack) -> None:
+    page.goto(f"{stack.url}/approvals/")
+    expect(page.locator("#approvals-live-status")).to_have_text("live", timeout=10_000)
+
+
+def review_from_queue(page: Page, text: str) -> None:
+    """Wait for the request to arrive in the open queue, then open it."""
+    row = page.locator("#approval-queue tr[data-approval]", has_text=text)
+    expect(row).to_have_count(1, timeout=20_000)
+    row.get_by_role("link", name=text).click()
+    expect(page.locator("#decision-form")).to_be_visible()
+    page.wait_for_load_state()  # the page's script is in: keys and buttons are wired
+
+
+def run_status(run: Run) -> str:
+    return off_loop(lambda: Run.objects.get(pk=run.pk).status)
+
+
+def open_run_page(page: Page, stack, run: Run, status: str) -> None:
+    page.goto(f"{stack.url}/runs/{run.pk}/")
+    expect(page.locator("#run-status")).to_have_text(status, timeout=20_000)
+
+
+@pytest.mark.usefixtures("seeded")
+def test_a_request_arrives_in_the_open_queue_and_is_approved_with_a_key(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    login(page, live_stack, client, personas.approver)
+    open_queue(page, live_stack)
+    expect(page.locator("#nav-approvals-count")).to_have_text("0")
+    run = submit(personas, agent, workspace)
+    rows = page.locator("#approval-queue tr[data-approval]")
+    expect(rows).to_have_count(1, timeout=20_000)
+    expect(page.locator("#nav-approvals-count")).to_have_text("1")
+    risk = page.locator("#approval-filters select[name=risk]")
+    risk.select_option("high")  # the filters swap the table in place
+    expect(rows).to_have_count(0)
+    expect(page).to_have_url(re.compile(r"/approvals/\?risk=high&"))
+    risk.select_option("")
+    review_from_queue(page, "docs/configuration.md")
+
+    inline, side = page.locator("#diff-inline"), page.locator("#diff-side")
+    expect(inline).to_contain_text("See [the guide](getting-started.md).")
+    page.get_by_role("button", name="Side by side").click()
+    expect(side).to_be_visible()
+    expect(inline).to_be_hidden()
+    expect(side.locator("tr.row-change")).to_have_count(1)
+    page.reload()  # the choice is remembered
+    expect(page.locator("#diff-side")).to_be_visible()
+    page.get_by_role("button", name="Inline").click()
+    expect(page.locator("#diff-inline")).to_be_visible()
+    expect(page.locator("#diff-side")).to_be_hidden()
+
+    page.keyboard.press("a")
+    expect(page).to_have_url(f"{live_stack.url}/approvals/")
+    expect(page.locator(".message")).to_contain_text("Approved “Commit 1 file(s)")
+    expect(page.locator("#approval-queue tr[data-approval]")).to_have_count(0)
+    expect(page.locator("#nav-approvals-count")).to_have_text("0")
+    open_run_page(page, live_stack, run, "completed")
+    assert (docs / "configuration.md").read_text() == BROKEN.replace("startd", "started")
+
+
+@pytest.mark.usefixtures("seeded")
+def test_a_rejection_with_a_reason_fails_the_run_with_it(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    login(page, live_stack, client, personas.approver)
+    open_queue(page, live_stack)
+    run = submit(personas, agent, workspace)
+    review_from_queue(page, "docs/configuration.md")
+    queue = page.context.new_page()  # a second tab keeps the queue open
+    open_queue(queue, live_stack)
+    rows = queue.locator("#approval-queue tr[data-approval]")
+    expect(rows).to_have_count(1)
+    page.bring_to_front()
+    page.get_by_role("button", name="Reject").click()  # no reason yet: the page asks
+    expect(page.locator("#comment-hint")).to_be_visible()
+    expect(page.locator("#comment")).to_be_focused()
+    page.locator("#comment").fill("The link should point to the new guide")
+    page.get_by_role("button", name="Reject").click()
+    expect(page.locator(".message")).to_contain_text("Rejected")
+    expect(rows).to_have_count(0)  # the decided request left the other tab without a reload
+    expect(queue.locator("#nav-approvals-count")).to_have_text("0")
+    open_run_page(page, live_stack, run, "failed")
+    expect(page.locator("#run-failure")).to_contain_text("The link should point to the new guide")
+    assert (docs / "configuration.md").read_text() == BROKEN
+
+
+@pytest.mark.usefixtures("seeded")
+def test_an_edited_patch_is_what_gets_committed(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    login(page, live_stack, client, personas.approver)
+    open_queue(page, live_stack)
+    run = submit(personas, agent, workspace)
+    review_from_queue(page, "docs/configuration.md")
+    editor = page.locator("#edited_diff")
+    expect(editor).to_be_hidden()
+    page.get_by_role("button", name="Edit the patch").click()
+    expect(editor).to_be_visible()
+    expect(editor).to_be_focused()
+    patch = editor.input_value()
+    line = "+See [the guide](getting-started.md)."
+    assert line in patch
+    editor.fill(patch.replace(line, "+See [the getting started guide](getting-started.md)."))
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".message")).to_contain_text("with your edit")
+    open_run_page(page, live_stack, run, "completed")
+    assert (docs / "configuration.md").read_text() == (
+        "# Configuration\n\nSee [the getting started guide](getting-started.md).\n"
+    )
+
+
+@pytest.mark.usefixtures("seeded")
+def test_a_wrong_strong_confirmation_is_refused_then_the_right_one_approves(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    run = submit(personas, agent, workspace, DELETE)
+    wait_until(
+        lambda: off_loop(lambda: Run.objects.get(pk=run.pk).waiting_for) == "answer",
+        timeout=30,
+        what="the intake to ask which file",
+    )
+    off_loop(run_answer, run=run, user=personas.operator, answers={"path": "docs/old-faq.md"})
+    login(page, live_stack, client, personas.approver)
+    open_queue(page, live_stack)
+    review_from_queue(page, "deleteFile docs/old-faq.md")
+
+    page.keyboard.press("a")  # a key never skips the confirmation: it goes to the box
+    confirm = page.get_by_label("Type docs/old-faq.md to confirm")
+    expect(confirm).to_be_focused()
+    confirm.fill("docs/old.md")
+    confirm.press("Enter")
+    expect(page.locator("#error-confirm")).to_contain_text("Type the path exactly")
+    expect(page.locator("#approval-status")).to_have_text("pending")
+    assert off_loop(lambda: ApprovalRequest.objects.get(run=run).status) == "pending"
+    assert (docs / "old-faq.md").exists()
+
+    page.get_by_label("Type docs/old-faq.md to confirm").fill("docs/old-faq.md")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".message")).to_contain_text("Approved")
+    open_run_page(page, live_stack, run, "completed")
+    assert not (docs / "old-faq.md").exists()
+    assert run_status(run) == "completed"
