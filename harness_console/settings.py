@@ -213,6 +213,8 @@ if EMBEDDED:
     CELERY_BROKER_URL = (
         "filesystem://localhost//"  # the host is ignored; naming it avoids a warning
     )
+    # kombu's filesystem transport with atomic message writes (harness_console/broker.py).
+    CELERY_BROKER_TRANSPORT = "harness_console.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # Both directions in one folder, as kombu's filesystem transport needs across processes.
         "data_folder_in": str(BROKER_DIR / "queue"),
