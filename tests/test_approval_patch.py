@@ -125,10 +125,42 @@ def test_no_newline_marker_is_ignored() -> None:
     assert apply_file_patch("old", parse_patch(text)[0]) == "new\n"
 
 
-def test_crlf_file_content_comes_out_with_lf_like_the_producer() -> None:
-    before = b"a\r\nb\r\n"
-    text = unified_diff(before, b"a\r\nB\r\n", "f.txt")
-    assert apply_patch({"f.txt": before.decode()}, text, {"f.txt"}) == {"f.txt": "a\nB\n"}
+def test_untouched_lines_keep_their_crlf_ends_and_a_missing_final_newline() -> None:
+    before = b"a\r\nb\r\nc\r\n"
+    text = unified_diff(before, b"a\r\nB\r\nc\r\n", "f.txt")
+    assert apply_patch({"f.txt": before.decode()}, text, {"f.txt"}) == {"f.txt": "a\r\nB\r\nc\r\n"}
+    before = b"a\nb\nlast line"
+    text = unified_diff(before, b"a\nB\nlast line", "g.txt")
+    assert apply_patch({"g.txt": before.decode()}, text, {"g.txt"}) == {"g.txt": "a\nB\nlast line"}
+
+
+@pytest.mark.parametrize("odd", ["\x0c", "\x85", "\u2028", "\r"])
+def test_a_file_with_other_line_separators_is_not_edited(odd: str) -> None:
+    before = f"a\nb{odd}c\nd\n"
+    text = unified_diff(before.encode(), f"a\nb{odd}c\nD\n".encode(), "f.txt")
+    with pytest.raises(PatchError, match="line separators"):
+        apply_patch({"f.txt": before}, text, {"f.txt"})
+
+
+def test_a_file_with_mixed_line_ends_is_not_edited() -> None:
+    before = "a\r\nb\nc\r\n"
+    text = unified_diff(before.encode(), b"a\r\nB\nc\r\n", "f.txt")
+    with pytest.raises(PatchError, match="mixes"):
+        apply_patch({"f.txt": before}, text, {"f.txt"})
+
+
+def test_long_runs_of_blank_lines_and_long_files_parse_and_apply() -> None:
+    """Inputs that were quadratic: 40,000 blank context lines; a hunk far from its header."""
+    before = "\n" * 40_000 + "x\n"
+    text = unified_diff(before.encode(), ("\n" * 40_000 + "y\n").encode(), "f.txt")
+    assert apply_patch({"f.txt": before}, text, {"f.txt"})["f.txt"].endswith("\ny\n")
+    blanks = "--- a/f.txt\n+++ b/f.txt\n@@ -1,1 +1,1 @@\n" + "\n" * 40_000 + "-x\n+y\n"
+    with pytest.raises(PatchError):
+        apply_patch({"f.txt": "x\n"}, blanks, {"f.txt"})
+    moved = "".join(f"{i}\n" for i in range(60_000))
+    far = "--- a/f.txt\n+++ b/f.txt\n@@ -1,1 +1,1 @@\n-59999\n+last\n"
+    with pytest.raises(PatchError, match="expects '59999'"):
+        apply_patch({"f.txt": moved}, far, {"f.txt"})  # further than MAX_OFFSET lines
 
 
 def test_path_not_allowed_refuses() -> None:

@@ -6,10 +6,12 @@ added or removed, so the counts are recomputed from each hunk's body; the conten
 matters, so every context and removed line must match the current file exactly (a hunk may
 move up or down as a whole, nearest position first, like ``patch --fuzz=0``).
 
-Applying reproduces what the producer's "after" side would be: the text is split with
-``str.splitlines()`` and every line ends in ``"\\n"``. That normalises line endings, so a
-file with ``"\\r\\n"`` endings comes out with ``"\\n"`` ones — the same loss the reviewed
-diff already showed. A trailing ``"\\ No newline at end of file"`` marker is ignored.
+Lines the approver did not touch come out byte for byte: :func:`apply_patch` applies to
+the text with ``"\\n"`` line ends and gives a file with ``"\\r\\n"`` ends (or no final
+newline) back the same way. A file with other line separators ``str.splitlines()`` knows
+(form feed, ``\\x85``, lone ``"\\r"``, ...) or mixed ends is not edited: the producer's diff
+already split its lines differently from its bytes. ``"\\ No newline at end of file"``
+markers are ignored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # git's extended header lines carry nothing the producer relies on.
 _IGNORED = ("diff ", "index ", "new file mode", "deleted file mode", "old mode", "new mode")
 _BOUNDARY = ("--- ", "@@", "diff ", "Binary file")
+MAX_OFFSET = 5000  # how far (in lines) a hunk may have moved from where its header says
 
 
 class PatchError(ValueError):
@@ -79,6 +82,12 @@ def _scan(text: str) -> Iterator[tuple[int, str, Any, str]]:
     lines = text.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    # Where each run of blank lines ends, found once: looking ahead from every blank line
+    # of a long run would be quadratic.
+    blank_end = list(range(len(lines) + 1))
+    for k in range(len(lines) - 1, -1, -1):
+        if lines[k] == "":
+            blank_end[k] = blank_end[k + 1]
     in_hunk, remaining, i = False, 0, 0
     while i < len(lines):
         line, no = lines[i], i + 1
@@ -107,9 +116,7 @@ def _scan(text: str) -> Iterator[tuple[int, str, Any, str]]:
         elif in_hunk and line == "" and remaining <= 0:
             # Blank lines past the hunk's promised old lines, up to a boundary, are
             # textarea padding, not context.
-            j = i
-            while j < len(lines) and lines[j] == "":
-                j += 1
+            j = blank_end[i]
             if j < len(lines) and not lines[j].startswith(_BOUNDARY):
                 remaining -= 1
                 yield no, "body", (" ", ""), line
@@ -185,10 +192,7 @@ def apply_file_patch(original: str, patch: FilePatch) -> str:
             raise PatchError(f"{where}: overlaps the previous hunk or is out of order")
         prev_end = start + len(old)
         wanted = min(max(start + offset, cursor), len(lines))
-        # Nearest position first (forward before backward), never before the previous hunk.
-        places = range(cursor, len(lines) - len(old) + 1)
-        places = sorted(places, key=lambda at: (abs(at - wanted), at < wanted))
-        found = next((at for at in places if lines[at : at + len(old)] == old), None)
+        found = _find(lines, old, wanted, cursor)
         if found is None:  # Report the first difference where the hunk should have been.
             got = [*lines[wanted : wanted + len(old)], None]
             i = next(i for i, text in enumerate(old) if got[i] != text)
@@ -205,6 +209,41 @@ def apply_file_patch(original: str, patch: FilePatch) -> str:
             raise PatchError(f"{patch.path}: the patch deletes the file but leaves lines in it")
         return ""
     return "\n".join(out) + "\n" if out else ""
+
+
+def _find(lines: list[str], old: list[str], wanted: int, cursor: int) -> int | None:
+    """Where ``old`` occurs nearest ``wanted`` (forward first on a tie), never before
+    ``cursor`` nor further than MAX_OFFSET lines away: lazily, nearest first, so a hunk in
+    place costs one comparison and a long file is not sorted per hunk."""
+    last = len(lines) - len(old)
+    for distance in range(MAX_OFFSET + 1):
+        for at in (wanted + distance, wanted - distance) if distance else (wanted,):
+            near = cursor <= at <= last and (not old or lines[at] == old[0])
+            if near and lines[at : at + len(old)] == old:
+                return at
+        if wanted + distance > last and wanted - distance < cursor:
+            break
+    return None
+
+
+# Characters str.splitlines() breaks lines at besides "\n" (and "\r\n", handled apart):
+# an edit would silently turn each into a newline, so such a file is not edited.
+_OTHER_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _normalised(path: str, text: str) -> tuple[str, bool, bool]:
+    """The text with "\n" line ends, whether it used "\r\n", and whether it lacked a final
+    newline — so that lines the approver did not touch come out byte for byte."""
+    crlf = "\r\n" in text
+    body = text.replace("\r\n", "\n") if crlf else text
+    if crlf and body.count("\n") != text.count("\r\n"):
+        raise PatchError(f"{path}: the file mixes \\r\\n and \\n line ends; it cannot be edited")
+    if odd := _OTHER_BREAKS.intersection(body):
+        shown = ", ".join(sorted(repr(ch) for ch in odd))
+        raise PatchError(
+            f"{path}: the file has line separators an edit would turn into newlines ({shown})"
+        )
+    return body, crlf, bool(body) and not body.endswith("\n")
 
 
 def apply_patch(
@@ -228,8 +267,13 @@ def apply_patch(
             raise PatchError(f"{path}: the file does not exist, so the patch must create it")
         if current is not None and patch.old_path is None:
             raise PatchError(f"{path}: the patch creates the file but it already exists")
-        new = apply_file_patch(current or "", patch)
-        result[path] = None if patch.new_path is None else new
+        body, crlf, unterminated = _normalised(path, current or "")
+        new = apply_file_patch(body, patch)
+        if unterminated and new.endswith("\n"):
+            new = new[:-1]
+        result[path] = (
+            None if patch.new_path is None else (new.replace("\n", "\r\n") if crlf else new)
+        )
     return result
 
 
