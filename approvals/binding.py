@@ -9,6 +9,7 @@ from typing import Any
 from runs.tools.builtin import unified_diff
 
 from .core.binding import Binding, content_hash
+from .core.patch import PatchError
 
 DIFF_TOOLS = frozenset({"commitDraft"})
 
@@ -40,11 +41,15 @@ def binding_for(
 
 
 def originals_for(run: Any, paths: Sequence[str]) -> dict[str, str | None]:
-    """The current text of each workspace file an edited patch applies to (None: absent)."""
+    """The current text of each workspace file an edited patch applies to (None: absent).
+    A file that is not UTF-8 text is refused, never decoded lossily and written back."""
     originals: dict[str, str | None] = {}
     for path in paths:
         data = _read(run.workspace.root_path, path)
-        originals[path] = None if data is None else data.decode("utf-8", errors="replace")
+        try:
+            originals[path] = None if data is None else data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PatchError(f"{path} is not UTF-8 text, so it cannot be edited") from None
     return originals
 
 
@@ -56,3 +61,34 @@ def _read(base: Path, relative: str) -> bytes | None:
         return target.read_bytes()
     except (OSError, ValueError):
         return None
+
+
+def changes_since_asked(approval: Any) -> list[str]:
+    """What changed since a pending request was asked (files, policy), for its review page:
+    approving it would only invalidate it when the worker checks again."""
+    from policies.permissions import policy_for_agent
+
+    from .core.binding import binding_changes
+
+    shown = recorded_binding(approval)
+    now = binding_for(
+        run=approval.run,
+        kind=approval.kind,
+        tool=approval.tool,
+        arguments=approval.arguments,
+        paths=approval.paths,
+        policy_version=policy_for_agent(approval.run.agent).version,
+    )
+    return binding_changes(shown, now)
+
+
+def recorded_binding(approval: Any) -> Binding:
+    """The binding the approvers were shown, as recorded with the request."""
+    return Binding(
+        approval.kind,
+        approval.tool,
+        approval.arguments,
+        approval.diff,
+        approval.file_hashes,
+        approval.policy_version,
+    )

@@ -44,6 +44,7 @@ class ApprovalRequest(models.Model):
     reason = models.TextField(blank=True)  # why it asks: the rule's reason
     risk = models.CharField(max_length=16, blank=True)
     strong_confirmation = models.BooleanField(default=False)  # type the path to approve
+    confirm_text = models.CharField(max_length=1024, blank=True)  # what must be typed
     # What the approver is shown, bound to what runs: arguments and file digests (A-binding).
     digest = models.CharField(max_length=64, blank=True)
     policy_version = models.PositiveIntegerField(null=True, blank=True)
@@ -58,6 +59,10 @@ class ApprovalRequest(models.Model):
     )
     comment = models.TextField(blank=True)
     remember = models.BooleanField(default=False)  # "remember for this run" (P4)
+    # The session grant "remember" made: revoked if this approval is invalidated.
+    grant = models.ForeignKey(
+        "runs.SessionGrant", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The bytes each path held when asked (sha256, or None: absent): part of the digest.
     file_hashes = models.JSONField(default=dict, blank=True)
     required_approvals = models.PositiveSmallIntegerField(default=1)  # M of N for L3 (A4)
@@ -90,6 +95,29 @@ class ApprovalRequest(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def confirm_expected(self) -> str:
+        """What an approver types for a strong confirmation."""
+        return self.confirm_text or (self.paths[0] if self.paths else "")
+
+    @property
+    def remember_refusal(self) -> str:
+        """Why "remember for this run" is not offered, or "": a grant allows later calls
+        with nobody asked, so it is never wider than what one approver may give."""
+        if self.kind != self.Kind.TOOL_CALL:
+            return "Only a tool call can be remembered for the run."
+        if self.required_approvals > 1:
+            return (
+                "This action needs several approvers; remembering it would let later calls "
+                "through with none."
+            )
+        if not self.paths or not self.paths[0]:
+            return (
+                f"A {self.tool} call has no path to remember: the grant would allow every "
+                f"{self.tool} call of the run."
+            )
+        return ""
 
 
 class ImmutableRecord(Exception):

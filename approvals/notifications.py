@@ -8,7 +8,9 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -19,12 +21,25 @@ from django.core.mail import EmailMessage, mailers
 from django.db.models import Q
 from django.urls import reverse
 
+from runs.core.risk import LEVELS
+
 from .models import ApprovalRequest
 
 logger = logging.getLogger(__name__)
 
-RISKS = ("low", "medium", "high")
+RISKS = tuple(name for _threshold, name in LEVELS)  # low, medium, high, critical
 WEBHOOK_TIMEOUT_SECONDS = 5.0
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A webhook that redirects is answered with a failure, not followed: the console posts
+    only to the URL an admin configured."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class WebhookFailed(Exception):
@@ -94,24 +109,35 @@ def approval_webhook_send(*, approval_id: Any, event: str) -> bool:
         return False
     if not worth_notifying(approval.risk):
         return False
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        logger.error("HARNESS_APPROVAL_WEBHOOK_URL must be an http(s) URL; nothing sent.")
+        return False
     body = json.dumps(webhook_body(approval, event), sort_keys=True).encode()
     headers = {"Content-Type": "application/json", "User-Agent": "harness-console"}
     if secret := settings.HARNESS_APPROVAL_WEBHOOK_SECRET:
-        signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        headers["X-Harness-Signature"] = f"sha256={signature}"
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - an admin's URL
+        # Signed with the time, so a receiver can refuse a captured call replayed later.
+        stamp = str(int(time.time()))
+        signed = stamp.encode() + b"." + body
+        headers["X-Harness-Timestamp"] = stamp
+        headers["X-Harness-Signature"] = (
+            "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+        )
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - http(s) only, checked above
     try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:  # noqa: S310
+        with _OPENER.open(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:
             if not 200 <= response.status < 300:
                 raise WebhookFailed(f"The approval webhook answered {response.status}.")
-    except urllib.error.URLError as error:
+    except urllib.error.HTTPError as error:  # 3xx (not followed), 4xx, 5xx
+        raise WebhookFailed(f"The approval webhook answered {error.code}.") from None
+    except (urllib.error.URLError, OSError) as error:
         raise WebhookFailed(f"The approval webhook failed: {error}") from None
     return True
 
 
 def webhook_body(approval: ApprovalRequest, event: str) -> dict[str, Any]:
     """What a chat bot or pager needs to say a request waits, and where; no diff, no file
-    content (they may hold what only approvers should read)."""
+    content, not the request's own text (any of them may hold what only approvers should
+    read)."""
     run = approval.run
     return {
         "event": f"approval.{event}",
@@ -135,7 +161,6 @@ def webhook_body(approval: ApprovalRequest, event: str) -> dict[str, Any]:
             "agent": run.agent.slug,
             "workspace": run.workspace.slug,
             "requester": run.requester.get_username(),
-            "request": run.request[:500],
         },
     }
 

@@ -27,7 +27,7 @@ from runs.services import (
     steps_close,
 )
 
-from .binding import binding_for, originals_for
+from .binding import originals_for
 from .core.binding import Binding
 from .core.patch import PatchError, apply_patch, parse_patch
 from .models import ApprovalDecision, ApprovalRequest
@@ -52,30 +52,26 @@ class AlreadyDecided(Exception):
 def approval_request_create(
     *,
     run: Run,
-    kind: str,
-    tool: str,
-    arguments: dict[str, Any],
+    binding: Binding,
     paths: Sequence[str],
     tool_use_id: str,
     summary: str,
     rule: str,
     reason: str,
     strong_confirmation: bool,
-    policy_version: int | None,
+    confirm_text: str = "",
 ) -> ApprovalRequest:
-    """Record a question to the approvers, bound to what they will be shown (the diff, the
-    files' hashes, the policy version), with its expiry from the agent's policy and the
-    number of approvers an L3 action needs. Call inside the caller's transaction; the
-    approvers are notified once it commits."""
+    """Record a question to the approvers, bound to what they will be shown (``binding``:
+    the diff, the files' hashes, the policy version — read by the caller before it takes
+    its locks), with its expiry from the agent's policy and the number of approvers an L3
+    action needs. A strong confirmation asks to type ``confirm_text``: by default the first
+    path, or for a call without one (a shell command) the command itself. Call inside the
+    caller's transaction; the approvers are notified once it commits."""
     policy = _policy_row(run)
-    binding = binding_for(
-        run=run,
-        kind=kind,
-        tool=tool,
-        arguments=arguments,
-        paths=paths,
-        policy_version=policy_version,
-    )
+    kind, tool, arguments = binding.kind, binding.tool, dict(binding.arguments)
+    if strong_confirmation and not confirm_text:
+        command = arguments.get("command")
+        confirm_text = paths[0] if paths else str(command or tool)
     level = ToolDefinition.objects.filter(name=tool).values_list("permission_level", flat=True)
     required = policy.l3_approvals_required if policy and level.first() == "L3" else 1
     now = timezone.now()
@@ -98,9 +94,10 @@ def approval_request_create(
         reason=reason,
         risk=run.risk,
         strong_confirmation=strong_confirmation,
+        confirm_text=confirm_text[:1024] if strong_confirmation else "",
         digest=binding.digest,
         file_hashes=dict(binding.file_hashes),
-        policy_version=policy_version,
+        policy_version=binding.policy_version,
         required_approvals=required,
         expires_at=expires_at,
         remind_at=remind_at,
@@ -119,18 +116,6 @@ def _policy_row(run: Run) -> Policy | None:
     return Policy.objects.filter(name=DEFAULT_POLICY_NAME).first()
 
 
-def approval_binding(approval: ApprovalRequest) -> Binding:
-    """The binding the approvers were shown, as recorded."""
-    return Binding(
-        approval.kind,
-        approval.tool,
-        approval.arguments,
-        approval.diff,
-        approval.file_hashes,
-        approval.policy_version,
-    )
-
-
 def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> None:
     """What was approved (or is pending) no longer matches the workspace or the policy: the
     request stops counting, and the harness asks again. Call inside the caller's transaction."""
@@ -139,6 +124,8 @@ def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> Non
         pk=approval.pk,
         status__in=(ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED),
     ).update(status=ApprovalRequest.Status.INVALIDATED, status_reason=reason)
+    if updated and approval.grant_id:
+        _grant_withdraw(approval)
     if updated:
         run_event_append(
             run_id=approval.run_id,
@@ -149,6 +136,25 @@ def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> Non
                 "tool": approval.tool,
                 "reason": reason,
                 "changes": changes[:20],
+            },
+        )
+
+
+def _grant_withdraw(approval: ApprovalRequest) -> None:
+    """The "remember for this run" of an approval that no longer holds goes with it: a grant
+    would otherwise allow, unasked, the very call being asked again."""
+    from runs.models import SessionGrant
+
+    if SessionGrant.objects.filter(pk=approval.grant_id, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    ):
+        run_event_append(
+            run_id=approval.run_id,
+            type="grant.revoked",
+            payload={
+                "grant": approval.grant_id,
+                "by": "the harness",
+                "reason": "the approval that made it was invalidated",
             },
         )
 
@@ -199,16 +205,18 @@ def approval_decide(
     if approval.run.requester_id == user.pk:
         raise PermissionDenied("A requester cannot decide on their own run.")
     comment, edited_diff = (comment or "").strip(), (edited_diff or "").replace("\r\n", "\n")
-    errors = _decision_errors(approval, decision, comment, confirm, digest, edited_diff)
-    if not errors and edited_diff and edited_diff != approval.diff:
-        try:
-            apply_patch(originals_for(approval.run, approval.paths), edited_diff, approval.paths)
-        except PatchError as error:
-            errors["edited_diff"] = f"The edited patch does not apply: {error}"
+    errors = _decision_errors(approval, decision, comment, confirm, digest, edited_diff, remember)
+    edited = edited_diff and edited_diff != approval.diff
+    if not errors and edited and (problem := edit_problem(approval, edited_diff)):
+        errors["edited_diff"] = problem
     if errors:
         raise ValidationError(errors)
     if edited_diff == approval.diff:
         edited_diff = ""  # unchanged: an ordinary approval
+    if approval.expires_at is not None and approval.expires_at <= timezone.now():
+        # Past its deadline, even if the sweep has not come by yet: never decided late.
+        approval_expire(approval_id=approval.pk)
+        raise AlreadyDecided(ApprovalRequest.objects.get(pk=approval.pk))
     with transaction.atomic():
         # The run's row first, as run_cancel does: one lock order, no deadlock.
         run = Run.objects.select_for_update().get(pk=approval.run_id)
@@ -229,7 +237,7 @@ def approval_decide(
             user=user,
             decision=decision,
             comment=comment,
-            shown_digest=digest or current.digest,
+            shown_digest=digest,  # "" when the client sent none: nothing is claimed
             edited_diff=edited_diff,
             remember=remember,
         )
@@ -277,14 +285,14 @@ def approval_decide(
             },
         )
         if remember and decision == "approve" and current.kind == ApprovalRequest.Kind.TOOL_CALL:
+            from policies.core.permissions import PolicyError
             from runs.grants import grant_create
 
-            grant_create(
-                run=run,
-                tool=current.tool,
-                path=current.paths[0] if current.paths else "",
-                user=user,
-            )
+            try:
+                grant = grant_create(run=run, tool=current.tool, path=current.paths[0], user=user)
+            except PolicyError as error:  # the whole decision rolls back with it
+                raise ValidationError({"remember": str(error)}) from None
+            ApprovalRequest.objects.filter(pk=current.pk).update(grant=grant)
         _resume(run, current, user)
     return current
 
@@ -296,23 +304,29 @@ def _decision_errors(
     confirm: str,
     digest: str,
     edited_diff: str,
+    remember: bool,
 ) -> dict[str, str]:
     errors = {}
     if decision not in DECISIONS:
         errors["decision"] = "Choose approve or reject."
-    if any("\x00" in value for value in (comment, confirm or "", digest or "", edited_diff)):
-        errors["comment"] = "A decision cannot contain a NUL character."
-    elif len(comment) > MAX_COMMENT_CHARS:
-        errors["comment"] = f"Keep the comment under {MAX_COMMENT_CHARS} characters."
+    typed = {"comment": comment, "confirm": confirm or "", "digest": digest or ""}
+    for field, value in {**typed, "edited_diff": edited_diff}.items():
+        if "\x00" in value:
+            errors[field] = "This cannot contain a NUL character."
+    if len(comment) > MAX_COMMENT_CHARS:
+        errors.setdefault("comment", f"Keep the comment under {MAX_COMMENT_CHARS} characters.")
     elif decision == "reject" and not comment:
         errors["comment"] = "Say why you reject it: the requester and the model read this."
     if digest and digest != approval.digest:
         errors["digest"] = "This request is not the one your page showed; reload it."
-    if decision == "approve" and approval.strong_confirmation:
-        expected = approval.paths[0] if approval.paths else ""
-        if (confirm or "").strip() != expected:
-            errors["confirm"] = f"Type the path exactly ({expected}) to confirm."
-    if edited_diff and edited_diff != approval.diff:
+    if decision == "approve" and approval.strong_confirmation and "confirm" not in errors:
+        expected = approval.confirm_expected
+        if not expected or (confirm or "").strip() != expected:
+            what = "the path" if expected in approval.paths else "it"
+            errors["confirm"] = f"Type {what} exactly ({expected}) to confirm."
+    if remember and decision == "approve" and (problem := approval.remember_refusal):
+        errors["remember"] = problem
+    if edited_diff and edited_diff != approval.diff and "edited_diff" not in errors:
         if decision != "approve":
             errors["edited_diff"] = "Only an approval carries an edited patch."
         elif approval.kind != ApprovalRequest.Kind.COMMIT and approval.tool not in EDITABLE_TOOLS:
@@ -330,6 +344,26 @@ def _decision_errors(
             except PatchError as error:
                 errors["edited_diff"] = f"The edited patch cannot be read: {error}"
     return errors
+
+
+def edit_problem(approval: ApprovalRequest, edited_diff: str) -> str:
+    """Why an edited patch cannot replace the proposed change, or "" when it can: it must
+    apply to the files as they are now, change every file of the request (leaving one out
+    would commit the model's version of it unseen) and delete none."""
+    try:
+        edited = apply_patch(
+            originals_for(approval.run, approval.paths), edited_diff, approval.paths
+        )
+    except PatchError as error:
+        return f"The edited patch does not apply: {error}"
+    if missing := [p for p in approval.paths if p not in edited]:
+        return (
+            f"The edited patch leaves out {', '.join(missing)}: an edit replaces the whole "
+            "change, so keep each file's hunks (unchanged if you agree with them)."
+        )
+    if deleted := [p for p, text in edited.items() if text is None]:
+        return f"An edit cannot delete a file ({', '.join(deleted)}): reject the request instead."
+    return ""
 
 
 def _missing(approval: ApprovalRequest) -> int:

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from runs.models import Agent
 
+from .binding import changes_since_asked
 from .core.patch import diff_rows
 from .diff_view import highlight_css, highlight_rows
 from .forms import RISKS, DecisionForm, HistoryFilterForm, QueueFilterForm
@@ -151,6 +152,7 @@ def _review(
         "approval": approval,
         "run": run,
         "files": files,
+        "changed_since": changes_since_asked(approval) if approval.is_pending else [],
         "diff_lines": len(lines),
         "diff_cut": len(lines) > MAX_DIFF_LINES,
         "max_diff_lines": MAX_DIFF_LINES,

@@ -276,9 +276,9 @@ HARNESS_REPLAY_DIRS = [
 ]
 
 # --- Approvals: notifications ---------------------------------------------------------
-# Approvers get an email for each new request at or above this risk (low, medium, high);
-# "none" sends none. The webhook, if set, gets a JSON body for the same requests, signed
-# with HMAC-SHA256 of HARNESS_APPROVAL_WEBHOOK_SECRET in X-Harness-Signature when that is set.
+# Approvers get an email for each new request at or above this risk (low ... critical);
+# "none" sends none. The webhook, if set, gets a JSON body for the same requests; with a
+# secret, X-Harness-Signature is the HMAC-SHA256 of "<X-Harness-Timestamp>.<body>".
 HARNESS_APPROVAL_NOTIFY_RISK = os.environ.get("HARNESS_APPROVAL_NOTIFY_RISK", "medium")
 HARNESS_APPROVAL_WEBHOOK_URL = os.environ.get("HARNESS_APPROVAL_WEBHOOK_URL", "")
 HARNESS_APPROVAL_WEBHOOK_SECRET = os.environ.get("HARNESS_APPROVAL_WEBHOOK_SECRET", "")

@@ -27,12 +27,11 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from approvals.binding import binding_for, originals_for
+from approvals.binding import binding_for, originals_for, recorded_binding
 from approvals.core.binding import binding_changes
 from approvals.core.patch import PatchError, apply_patch
 from approvals.models import ApprovalRequest
 from approvals.services import (
-    approval_binding,
     approval_invalidate,
     approval_request_create,
     approvals_cancel_for_run,
@@ -583,7 +582,7 @@ def _binding_changes(run: Run, approval: ApprovalRequest, policy_version: int) -
         paths=approval.paths,
         policy_version=policy_version,
     )
-    shown = approval_binding(approval)
+    shown = recorded_binding(approval)
     changes = binding_changes(shown, now, diff_replaced=bool(approval.edited_diff))
     if not changes and approval.edited_diff and (problem := _edit_apply(run, approval)):
         changes = [problem]
@@ -651,19 +650,25 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
         paths = [str(record.arguments.get("source", "")), str(record.arguments.get("target", ""))]
     state = loop.state_from_json(data["state"])
     new_state, _ = loop.step(state, loop.NeedsPerson(record.tool_use_id, record.reason))
+    # Files read and diffed before the checkpoint's transaction, not under its lock.
+    binding = binding_for(
+        run=run,
+        kind=ApprovalRequest.Kind.TOOL_CALL,
+        tool=tool,
+        arguments=record.arguments,
+        paths=paths,
+        policy_version=record.policy_version,
+    )
     with fenced(driver.lease):
         approval = approval_request_create(
             run=run,
-            kind=ApprovalRequest.Kind.TOOL_CALL,
+            binding=binding,
             tool_use_id=record.tool_use_id,
-            tool=tool,
-            arguments=record.arguments,
             paths=paths,
             summary=f"{tool} {', '.join(paths)}".strip(),
             rule=record.rule,
             reason=record.reason,
             strong_confirmation=record.decision == "ask_strong" or tool in STRONG_CONFIRMATION,
-            policy_version=record.policy_version,
         )
         _update(run, loop={**data, "state": loop.state_to_json(new_state)}, waiting_for="approval")
         run_transition(
@@ -966,6 +971,7 @@ def _approval(driver: Driver, run: Run) -> bool:
         _fail(driver.lease, f"committing {path} is refused by policy: {why}")
         return STOP
     asks = [v for v in verdicts if v is not None and v.decision in ("ask", "ask_strong")]
+    strong = [p for p, v in zip(paths, verdicts, strict=True) if v and v.decision == "ask_strong"]
     required = bool(asks) or bool(((run.task or {}).get("approval") or {}).get("required"))
     if not required:
         with fenced(driver.lease):
@@ -976,16 +982,14 @@ def _approval(driver: Driver, run: Run) -> bool:
         step = _step_begin(run, "approval", {"paths": paths})
         approval = approval_request_create(
             run=run,
-            kind=ApprovalRequest.Kind.COMMIT,
+            binding=binding,
             tool_use_id=f"commit:{binding.digest[:16]}",
-            tool="commitDraft",
-            arguments={"paths": paths},
             paths=paths,
             summary=f"Commit {len(paths)} file(s): {', '.join(paths)}",
             rule=(asks[0].rule or "") if asks else "intake",
             reason=reason,
-            strong_confirmation=False,
-            policy_version=policy.version,
+            strong_confirmation=bool(strong),
+            confirm_text=strong[0] if strong else "",
         )
         _update(run, waiting_for="approval")
         step.output = {"approval": str(approval.pk)}

@@ -206,6 +206,7 @@ def approval_decide_view(request: HttpRequest, run_id: str, approval_id: str) ->
             comment=request.POST.get("comment", ""),
             confirm=request.POST.get("confirm", ""),
             remember=request.POST.get("remember") == "on",
+            digest=request.POST.get("digest", ""),
         )
     except ValidationError as error:
         return _after_action(request, run, _message(error))

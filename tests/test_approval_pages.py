@@ -665,3 +665,15 @@ def test_a_huge_diff_shows_its_beginning_and_says_so(client, personas, agent, wo
     html = page(client, "approvals:review", approval.pk)
     assert 'id="diff-cut"' in html and "6003 lines" in html
     assert "line 4990" in html and "line 5999" not in html.split('id="edited_diff"')[0]
+
+
+def test_the_review_page_says_when_the_file_changed_since_the_request(
+    client, personas, agent, workspace, docs
+):
+    approval = waiting_approval(driven(personas, agent, workspace))
+    client.force_login(personas.approver)
+    assert 'id="review-changed"' not in page(client, "approvals:review", approval.pk)
+    (docs / "configuration.md").write_text(BROKEN + "\nEdited by someone else.\n")
+    html = page(client, "approvals:review", approval.pk)
+    assert 'id="review-changed"' in html
+    assert "docs/configuration.md changed since the request" in html

@@ -142,9 +142,9 @@ def test_fifty_concurrent_decisions_on_one_request_one_wins_the_rest_get_409(
             client = api(approvers[i])
             start.wait()
             body = (
-                {"decision": "approve"}
+                {"decision": "approve", "digest": approval.digest}
                 if i % 2
-                else {"decision": "reject", "comment": f"no, says {i}"}
+                else {"decision": "reject", "comment": f"no, says {i}", "digest": approval.digest}
             )
             return client.post(
                 f"/api/approvals/{approval.pk}/decide/", body, format="json"
@@ -472,8 +472,10 @@ def test_approvers_get_an_email_and_the_webhook_a_signed_json_body(
     assert payload["approval"]["id"] == str(approval.pk)
     assert payload["run"]["requester"] == "otto-operator"
     assert "diff" not in payload["approval"]
-    expected = hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
-    assert headers["X-Harness-Signature"] == f"sha256={expected}"
+    assert "request" not in payload["run"]  # the requester's own words stay in the console
+    stamp = headers["X-Harness-Timestamp"]
+    expected = hmac.new(b"hook-secret", stamp.encode() + b"." + body, hashlib.sha256)
+    assert headers["X-Harness-Signature"] == f"sha256={expected.hexdigest()}"
     # Below the threshold: neither.
     settings.HARNESS_APPROVAL_NOTIFY_RISK = "high"
     ApprovalRequest.objects.filter(pk=approval.pk).update(risk="low")
@@ -519,3 +521,137 @@ def test_rollback_restores_exact_bytes_and_refuses_when_a_file_changed_since(
     done = api(personas.approver).post(f"/api/runs/{run.pk}/rollback/")
     assert done.status_code == 200 and done.json()["status"] == "rolled_back"
     assert (docs / "configuration.md").read_bytes() == original
+
+
+def test_a_decision_after_the_deadline_is_refused_even_before_the_sweep(
+    personas, agent, workspace, docs
+):
+    run, approval = waiting_commit(personas, agent, workspace)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - datetime.timedelta(seconds=1)
+    )
+    approval.refresh_from_db()
+    with pytest.raises(AlreadyDecided, match="expired"):
+        approval_decide(approval=approval, user=personas.approver, decision="approve")
+    approval.refresh_from_db()
+    run.refresh_from_db()
+    assert approval.status == "expired" and not approval.decisions.exists()
+    assert run.status == "failed" and run.failure_reason.startswith("approval expired")
+
+
+def test_the_shown_digest_is_recorded_only_when_the_page_sent_one(personas, agent, workspace, docs):
+    _, approval = waiting_commit(personas, agent, workspace)
+    approval_decide(approval=approval, user=personas.approver, decision="approve")
+    assert ApprovalDecision.objects.get(approval=approval).shown_digest == ""
+
+
+def test_remember_is_refused_where_a_grant_would_reach_further_than_the_approver(
+    personas, agent, workspace
+):
+    Policy.objects.filter(name="default").update(l3_approvals_required=2)
+    _, approval = waiting_delete(personas, agent, workspace)
+    with pytest.raises(ValidationError, match="several approvers"):
+        approval_decide(
+            approval=approval,
+            user=personas.approver,
+            decision="approve",
+            confirm="docs/old-faq.md",
+            remember=True,
+        )
+    assert not approval.decisions.exists()
+    # A call with no path (a shell command) would be allowed whatever its arguments.
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        paths=[], required_approvals=1, tool="dangerous", confirm_text="rm -rf docs"
+    )
+    approval.refresh_from_db()
+    with pytest.raises(ValidationError, match="every dangerous call"):
+        approval_decide(
+            approval=approval,
+            user=personas.approver,
+            decision="approve",
+            confirm="rm -rf docs",
+            remember=True,
+        )
+    with pytest.raises(ValidationError, match=r"Type it exactly \(rm -rf docs\)"):
+        approval_decide(approval=approval, user=personas.approver, decision="approve")
+
+
+def test_an_invalidated_approval_takes_its_remembered_grant_with_it(personas, agent, workspace):
+    run, approval = waiting_delete(personas, agent, workspace)
+    approval_decide(
+        approval=approval,
+        user=personas.approver,
+        decision="approve",
+        confirm="docs/old-faq.md",
+        remember=True,
+    )
+    approval.refresh_from_db()
+    grant = approval.grant
+    assert grant is not None and grant.revoked_at is None
+    (workspace.root_path / "docs" / "old-faq.md").write_text("# Old FAQ, edited since\n")
+    run = drive(run)
+    approval.refresh_from_db()
+    grant.refresh_from_db()
+    assert approval.status == "invalidated" and grant.revoked_at is not None
+    # Asked again: the grant did not let the delete through unasked.
+    assert run.status == "waiting_for_approval"
+    assert (workspace.root_path / "docs" / "old-faq.md").exists()
+    assert ApprovalRequest.objects.filter(run=run, status="pending").count() == 1
+
+
+def test_an_edit_must_keep_every_file_and_delete_none(personas, agent, workspace, docs):
+    _, approval = waiting_commit(personas, agent, workspace)
+    deleting = (
+        "--- a/docs/configuration.md\n+++ /dev/null\n@@ -1,3 +0,0 @@\n"
+        "-# Configuration\n-\n-See [the guide](getting-startd.md).\n"
+    )
+    with pytest.raises(ValidationError, match="cannot delete"):
+        approval_decide(
+            approval=approval, user=personas.approver, decision="approve", edited_diff=deleting
+        )
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        paths=["docs/configuration.md", "docs/getting-started.md"]
+    )
+    approval.refresh_from_db()
+    edited = approval.diff.replace("(getting-started.md)", "(getting-started.md#top)")
+    with pytest.raises(ValidationError, match=r"leaves out docs/getting-started\.md"):
+        approval_decide(
+            approval=approval, user=personas.approver, decision="approve", edited_diff=edited
+        )
+    assert not approval.decisions.exists()
+
+
+def test_an_edit_of_a_file_that_is_not_utf8_is_refused(personas, agent, workspace, docs):
+    _, approval = waiting_commit(personas, agent, workspace)
+    (docs / "configuration.md").write_bytes(b"# Configuration\xff\n")
+    edited = approval.diff.replace("(getting-started.md)", "(getting-started.md#top)")
+    with pytest.raises(ValidationError, match="not UTF-8"):
+        approval_decide(
+            approval=approval, user=personas.approver, decision="approve", edited_diff=edited
+        )
+
+
+def test_a_commit_the_policy_strongly_confirms_asks_to_type_the_path(
+    personas, agent, workspace, docs
+):
+    from policies.models import PolicyRule
+
+    PolicyRule.objects.create(
+        policy=Policy.objects.get(name="default"),
+        order=0,
+        key="config-strong",
+        tool="commitDraft",
+        path="docs/configuration.md",
+        decision="ask_strong",
+    )
+    _, approval = waiting_commit(personas, agent, workspace)
+    assert approval.kind == "commit" and approval.strong_confirmation
+    assert approval.confirm_expected == "docs/configuration.md"
+    with pytest.raises(ValidationError, match="Type the path exactly"):
+        approval_decide(approval=approval, user=personas.approver, decision="approve")
+    approval_decide(
+        approval=approval,
+        user=personas.approver,
+        decision="approve",
+        confirm="docs/configuration.md",
+    )
