@@ -118,6 +118,16 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+@login_required
+def approval_count(request: HttpRequest) -> HttpResponse:
+    """The navigation's count alone: every page of an approver refreshes it when the
+    approvals socket says something changed."""
+    if not may_review(request.user):
+        raise PermissionDenied("Only approvers count approval requests.")
+    count = pending_counts(request.user)["theirs"]
+    return render(request, "approvals/nav_count.html", {"approvals_pending": count})
+
+
 # --- the review page ------------------------------------------------------------------------
 @login_required
 def approval_review(request: HttpRequest, approval_id: Any) -> HttpResponse:

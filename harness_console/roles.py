@@ -94,6 +94,7 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
 
         items.append(("approvals", "Approvals", "approvals:queue"))
         context["approvals_pending"] = cache(partial(pending_count_for, user))
+        context["approvals_live"] = True  # the page loads approvals.js: a live count
     if user.has_perm("runs.view_dashboards"):
         items.append(("dashboards", "Dashboards", "dashboards"))
     if user.is_staff:

@@ -112,6 +112,7 @@ def test_only_approvers_open_the_queue_the_review_the_decision_and_the_history(
         reverse("approvals:queue"),
         reverse("approvals:history"),
         reverse("approvals:review", args=[approval.pk]),
+        reverse("approvals:count"),
     ):
         response = client.get(url)
         assert response.status_code == 403, url
@@ -128,6 +129,7 @@ def test_an_anonymous_visitor_is_sent_to_log_in(client, personas, agent, workspa
         reverse("approvals:queue"),
         reverse("approvals:history"),
         reverse("approvals:review", args=[approval.pk]),
+        reverse("approvals:count"),
     ):
         response = client.get(url)
         assert response.status_code == 302 and "login" in response["Location"]
@@ -677,3 +679,14 @@ def test_the_review_page_says_when_the_file_changed_since_the_request(
     html = page(client, "approvals:review", approval.pk)
     assert 'id="review-changed"' in html
     assert "docs/configuration.md changed since the request" in html
+
+
+def test_the_count_alone_and_the_live_script_only_for_approvers(client, personas, agent, workspace):
+    ask(a_run(personas, agent, workspace))
+    ask(a_run(personas, agent, workspace, requester=personas.approver), n=1)  # their own
+    client.force_login(personas.approver)
+    body = client.get(reverse("approvals:count")).content.decode()
+    assert re.search(r'<span id="nav-approvals-count"[^>]*>1</span>', body)
+    assert "approvals.js" in page(client, "runs:list")
+    client.force_login(personas.operator)
+    assert "approvals.js" not in page(client, "runs:list")

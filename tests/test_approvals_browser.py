@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from approvals.models import ApprovalRequest
+from approvals.services import approval_decide
 from runs.models import Run
 from runs.services import run_answer, run_create
 from tests.conftest import EVERYWHERE, session_cookie_for
@@ -190,3 +191,24 @@ def test_a_wrong_strong_confirmation_is_refused_then_the_right_one_approves(
     open_run_page(page, live_stack, run, "completed")
     assert not (docs / "old-faq.md").exists()
     assert run_status(run) == "completed"
+
+
+@pytest.mark.usefixtures("seeded")
+def test_the_navigation_count_follows_on_any_page_of_an_approver(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    login(page, live_stack, client, personas.approver)
+    page.goto(f"{live_stack.url}/runs/")
+    badge = page.locator("#nav-approvals-count")
+    expect(badge).to_have_text("0")
+    run = submit(personas, agent, workspace)
+    expect(badge).to_have_text("1", timeout=20_000)  # no reload: the runs list stays put
+    approval = off_loop(lambda: ApprovalRequest.objects.get(run=run))
+    off_loop(
+        approval_decide,
+        approval=approval,
+        user=personas.admin,
+        decision="reject",
+        comment="not now",
+    )
+    expect(badge).to_have_text("0", timeout=20_000)

@@ -168,20 +168,33 @@
     });
 
     // Another approver's decision, a vote or an expiry: this page no longer shows the truth.
-    if (root.dataset.status === "pending") {
-      follow(function (change) {
-        if (change && change.approval === root.dataset.approval) {
-          document.getElementById("review-stale").hidden = false;
-        }
-      }, function () {});
+    return function (change) {
+      if (root.dataset.status === "pending" && change && change.approval === root.dataset.approval) {
+        document.getElementById("review-stale").hidden = false;
+      }
+    };
+  }
+
+  // --- every other page of an approver: the navigation's count -------------------------------
+  // One socket per page; ``also`` hears each change too (the review page's staleness).
+  function countBadge(also) {
+    var timer = null;
+    function refresh() {
+      htmx.ajax("GET", "/approvals/count/", {target: "#nav-approvals-count", swap: "outerHTML"});
     }
+    follow(function (change) {
+      if (also) also(change);
+      clearTimeout(timer);
+      timer = setTimeout(refresh, DEBOUNCE_MS);
+    }, function () {});
   }
 
   function start() {
     var queue = document.getElementById("approval-queue");
-    if (queue) queuePage(queue);
     var review = document.getElementById("approval-review");
-    if (review) reviewPage(review);
+    var onReviewChange = review ? reviewPage(review) : null;
+    if (queue) queuePage(queue);  // its table refresh carries the count too
+    else if (document.getElementById("nav-approvals-count")) countBadge(onReviewChange);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
