@@ -187,7 +187,9 @@ def _email_text(approval: ApprovalRequest, event: str) -> tuple[str, str]:
         lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
     if approval.required_approvals > 1:
         lines.append(f"Needs {approval.required_approvals} distinct approvers.")
-    lines += ["", f"Review it: {_url(approval)}"]
+    # The link on a line of its own, short of 76 characters: mail encodings fold longer
+    # lines, and a folded link cannot be copied from a log or a plain-text reader.
+    lines += ["", "Review it:", _url(approval)]
     return subject, "\n".join(lines) + "\n"
 
 

@@ -12,10 +12,10 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Prefetch
+from django.db.models import BooleanField, ExpressionWrapper, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from runs.models import Agent
 
@@ -150,7 +150,8 @@ def _review(
 ) -> HttpResponse:
     user = request.user
     run = approval.run
-    lines = approval.diff.splitlines(keepends=True)
+    # Once approved with an edit, the edit is the change that counts: it is shown first.
+    lines = (approval.edited_diff or approval.diff).splitlines(keepends=True)
     # Highlighting costs per line: a huge diff shows its beginning, the API has it whole.
     files = highlight_rows(diff_rows("".join(lines[:MAX_DIFF_LINES]))) if lines else []
     decisions = list(approval.decisions.select_related("user"))
@@ -162,6 +163,7 @@ def _review(
         "approval": approval,
         "run": run,
         "files": files,
+        "applied_edit": bool(approval.edited_diff),
         "changed_since": changes_since_asked(approval) if approval.is_pending else [],
         "diff_lines": len(lines),
         "diff_cut": len(lines) > MAX_DIFF_LINES,
@@ -211,11 +213,14 @@ def _editor(
 
 # --- deciding -------------------------------------------------------------------------------
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse:
     """Record one decision; then on to the next request in the queue. A refusal brings the
-    page back with what was typed and the reason next to its field."""
+    page back with what was typed and the reason next to its field (at this address: a
+    reload or Back lands here with GET, which goes back to the review page)."""
     approval = approval_for_user(request.user, approval_id)
+    if request.method == "GET":
+        return redirect("approvals:review", approval_id=approval.pk)
     form = DecisionForm(request.POST)
     arguments = form.decision_kwargs()
     try:
@@ -261,6 +266,7 @@ def approval_history(request: HttpRequest) -> HttpResponse:
     requests = form.apply(
         ApprovalRequest.objects.select_related("run__agent", "decided_by")
         .defer(*HISTORY_UNSHOWN)
+        .annotate(was_edited=ExpressionWrapper(~Q(edited_diff=""), output_field=BooleanField()))
         .prefetch_related(
             Prefetch("decisions", queryset=ApprovalDecision.objects.select_related("user"))
         )

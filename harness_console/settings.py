@@ -193,6 +193,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# What a task prints (the console mail backend's emails) is information, not a warning.
+CELERY_WORKER_REDIRECT_STDOUTS_LEVEL = "INFO"
 # Runs resume from the database, not the broker (SPEC R9): the sweeper re-dispatches runs
 # whose worker's lease expired. A worker renews its lease every third of its length.
 HARNESS_RUN_LEASE_SECONDS = float(os.environ.get("HARNESS_RUN_LEASE_SECONDS", "30"))

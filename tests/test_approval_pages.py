@@ -493,7 +493,14 @@ def test_an_edit_that_applies_is_approved_recorded_and_committed(
     run.refresh_from_db()
     assert run.status == "completed", run.failure_reason
     assert (docs / "configuration.md").read_text() == "# Configuration\n\nSee the guide.\n"
-    assert "edited patch" in page(client, "approvals:review", approval.pk)
+    review = page(client, "approvals:review", approval.pk)
+    assert "The change as approved, edited by april-approver" in review
+    assert 'id="proposed-change"' in review
+    # Wherever the decision shows, the edit is what it shows: the run page, the history.
+    run_page = page(client, "runs:detail", run.pk)
+    assert "Approved with an edit by april-approver" in run_page
+    assert "+See the guide." in run_page
+    assert "badge-edited" in page(client, "approvals:history")
 
 
 def test_an_unchanged_editor_is_an_ordinary_approval(client, personas, agent, workspace, docs):
@@ -690,3 +697,15 @@ def test_the_count_alone_and_the_live_script_only_for_approvers(client, personas
     assert "approvals.js" in page(client, "runs:list")
     client.force_login(personas.operator)
     assert "approvals.js" not in page(client, "runs:list")
+
+
+def test_a_reload_of_the_decide_address_goes_back_to_the_review(
+    client, personas, agent, workspace
+):
+    approval = ask(a_run(personas, agent, workspace))
+    client.force_login(personas.approver)
+    response = client.get(reverse("approvals:decide", args=[approval.pk]))
+    assert response.status_code == 302
+    assert response["Location"] == reverse("approvals:review", args=[approval.pk])
+    client.force_login(personas.operator)
+    assert client.get(reverse("approvals:decide", args=[approval.pk])).status_code == 403

@@ -111,6 +111,8 @@
       editBox.hidden = !open;
       patch.disabled = !open;  // a closed editor sends nothing: an ordinary approval
       toggle.setAttribute("aria-expanded", String(open));
+      var button = document.getElementById("approve");
+      if (button) button.textContent = open ? "Approve the edited patch" : "Approve";
       if (open) patch.focus();
     }
     if (toggle) {
