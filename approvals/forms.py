@@ -14,6 +14,7 @@ from django import forms
 from django.db.models import QuerySet
 
 from runs.core.risk import LEVELS
+from runs.models import Agent
 
 from .models import ApprovalRequest
 from .selectors import SORTS
@@ -68,6 +69,12 @@ class HistoryFilterForm(forms.Form):
     date_from = forms.DateField(required=False, label="From")
     date_to = forms.DateField(required=False, label="To")
 
+    def clean_agent(self) -> str:
+        agent = self.cleaned_data["agent"].strip()
+        if agent and not Agent.objects.filter(slug=agent).exists():
+            raise forms.ValidationError(f"No agent {agent!r}.")
+        return agent
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         start, end = cleaned.get("date_from"), cleaned.get("date_to")
@@ -94,7 +101,8 @@ class HistoryFilterForm(forms.Form):
         else:
             requests = requests.exclude(status=ApprovalRequest.Status.PENDING)
         if decided_by := (cleaned.get("decided_by") or "").strip():
-            requests = requests.filter(decided_by__username=decided_by)
+            # Part of a name finds it: "apr" finds april-approver.
+            requests = requests.filter(decided_by__username__icontains=decided_by)
         if agent := (cleaned.get("agent") or "").strip():
             requests = requests.filter(run__agent__slug=agent)
         if kind := cleaned.get("kind") or "":

@@ -572,6 +572,7 @@ def test_the_history_lists_decided_requests_newest_first(client, personas, agent
     assert shown_ids(page(client, "approvals:history", decided_by="april-approver")) == [
         str(rejected.pk)
     ]
+    assert shown_ids(page(client, "approvals:history", decided_by="APRIL")) == [str(rejected.pk)]
     assert shown_ids(page(client, "approvals:history", kind="tool_call")) == []
     assert shown_ids(page(client, "approvals:history", agent="tester")) == [
         str(rejected.pk),
@@ -593,6 +594,7 @@ def test_the_history_lists_decided_requests_newest_first(client, personas, agent
         ({"date_from": "2025-02-02", "date_to": "2025-02-01"}, "before the “from” date"),
         ({"status": "lost"}, "Status: Select a valid choice."),
         ({"decided_by": "x" * 200}, "Decided by: Ensure this value has at most 150"),
+        ({"agent": "nope"}, "Agent: No agent &#x27;nope&#x27;."),
     ],
 )
 def test_a_bad_history_filter_gets_a_clear_message(
@@ -699,9 +701,7 @@ def test_the_count_alone_and_the_live_script_only_for_approvers(client, personas
     assert "approvals.js" not in page(client, "runs:list")
 
 
-def test_a_reload_of_the_decide_address_goes_back_to_the_review(
-    client, personas, agent, workspace
-):
+def test_a_reload_of_the_decide_address_goes_back_to_the_review(client, personas, agent, workspace):
     approval = ask(a_run(personas, agent, workspace))
     client.force_login(personas.approver)
     response = client.get(reverse("approvals:decide", args=[approval.pk]))
