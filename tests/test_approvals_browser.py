@@ -212,3 +212,37 @@ def test_the_navigation_count_follows_on_any_page_of_an_approver(
         comment="not now",
     )
     expect(badge).to_have_text("0", timeout=20_000)
+
+
+def test_the_history_filters_follow_the_address_after_back(
+    live_stack, page, client, personas, agent, workspace
+):
+    def decided() -> None:
+        run = run_create(
+            agent=agent,
+            workspace=workspace,
+            requester=personas.operator,
+            request=FIX,
+            dispatch=False,
+        )
+        for i, (kind, status) in enumerate([("commit", "approved"), ("tool_call", "rejected")]):
+            ApprovalRequest.objects.create(
+                run=run, kind=kind, status=status, tool_use_id=f"h{i}", summary=f"h{i}"
+            )
+
+    off_loop(decided)
+    login(page, live_stack, client, personas.approver)
+    page.goto(f"{live_stack.url}/approvals/history/")
+    rows = page.locator("#approval-history tr[data-approval]")
+    expect(rows).to_have_count(2)
+    kind, status = page.locator("select[name=kind]"), page.locator("select[name=status]")
+    kind.select_option("commit")
+    expect(page).to_have_url(re.compile(r"kind=commit"))
+    expect(rows).to_have_count(1)
+    status.select_option("rejected")
+    expect(page).to_have_url(re.compile(r"status=rejected"))
+    expect(rows).to_have_count(0)
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"kind=commit(?!.*status=rejected)"))
+    expect(kind).to_have_value("commit")
+    expect(status).to_have_value("")

@@ -191,6 +191,23 @@
     }, function () {});
   }
 
+  // Filters pushed to the address bar: after Back, htmx restores the page's markup, not the
+  // values chosen in its selects since; put the fields back in step with the address.
+  function syncFilters() {
+    var params = new URLSearchParams(location.search);
+    ["approval-filters", "history-filters"].forEach(function (id) {
+      var form = document.getElementById(id);
+      if (!form) return;
+      Array.prototype.forEach.call(form.elements, function (field) {
+        if (!field.name) return;
+        field.value = params.get(field.name) || "";
+        if (field.tagName === "SELECT" && field.selectedIndex === -1) field.selectedIndex = 0;
+      });
+    });
+  }
+  document.addEventListener("htmx:historyRestore", syncFilters);
+  window.addEventListener("popstate", function () { setTimeout(syncFilters, 0); });
+
   function start() {
     var queue = document.getElementById("approval-queue");
     var review = document.getElementById("approval-review");
