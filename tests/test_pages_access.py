@@ -59,8 +59,14 @@ def test_the_navigation_shows_exactly_what_the_role_may_open(client, personas, w
 
 
 def test_home_sends_each_role_to_its_first_page(client, personas):
-    client.force_login(personas.ops)
-    assert client.get("/")["Location"] == reverse("runs:list")
+    for user, page in (
+        (personas.ops, "runs:list"),
+        (personas.operator, "runs:list"),
+        (personas.admin, "runs:list"),
+        (personas.approver, "approvals:queue"),  # approvers live in the queue
+    ):
+        client.force_login(user)
+        assert client.get("/")["Location"] == reverse(page), user
 
 
 def test_home_tells_a_user_without_a_role_why_there_is_nothing(client, personas):
