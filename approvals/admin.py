@@ -8,18 +8,9 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from runs.admin import ReadOnlyAdmin
+
 from .models import ApprovalDecision, ApprovalRequest
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class DecisionInline(admin.TabularInline):

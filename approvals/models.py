@@ -8,6 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+EDITABLE_TOOLS = frozenset({"commitDraft"})  # tool calls whose patch an approver may edit
+
 
 class ApprovalRequest(models.Model):
     """One question to a person, and its answer; a run waiting on it holds no worker.
@@ -100,6 +102,23 @@ class ApprovalRequest(models.Model):
     def confirm_expected(self) -> str:
         """What an approver types for a strong confirmation."""
         return self.confirm_text or (self.paths[0] if self.paths else "")
+
+    @property
+    def edit_refusal(self) -> str:
+        """Why the patch cannot be edited before approving, or "": only a text change to
+        commit has one, and one approver may not rewrite what several must approve."""
+        if self.kind != self.Kind.COMMIT and self.tool not in EDITABLE_TOOLS:
+            return f"A {self.tool} call has no patch to edit."
+        if self.required_approvals > 1:
+            return (
+                "A request that needs several approvers cannot be edited by one: reject it "
+                "with the change you want instead."
+            )
+        if not self.diff:
+            return "There is no patch to edit."
+        if any(line.startswith("Binary file ") for line in self.diff.splitlines()):
+            return "A binary change is described, not shown: there is nothing to edit."
+        return ""
 
     @property
     def remember_refusal(self) -> str:

@@ -31,11 +31,7 @@ def may_review(user: Any) -> bool:
 
 def pending_count_for(user: Any) -> int:
     """What the navigation shows an approver: pending requests they may decide."""
-    return (
-        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
-        .exclude(run__requester=user)
-        .count()
-    )
+    return pending_counts(user)["theirs"]
 
 
 def queue_for(

@@ -16,16 +16,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from policies.models import Policy, ToolDefinition
+from policies.models import ToolDefinition
+from policies.permissions import policy_row_for_agent
 from runs.core import status as run_status
 from runs.models import Run
-from runs.services import (
-    run_dispatch,
-    run_event_append,
-    run_transition,
-    session_end_dispatch,
-    steps_close,
-)
+from runs.services import run_dispatch, run_event_append, run_fail_idle, run_transition
 
 from .binding import originals_for
 from .core.binding import Binding
@@ -35,7 +30,6 @@ from .models import ApprovalDecision, ApprovalRequest
 DECISIONS = ("approve", "reject")
 MAX_COMMENT_CHARS = 4000
 MAX_EDIT_CHARS = 1_000_000
-EDITABLE_TOOLS = frozenset({"commitDraft"})
 EXPIRED_REASON = "approval expired"
 
 
@@ -67,7 +61,7 @@ def approval_request_create(
     action needs. A strong confirmation asks to type ``confirm_text``: by default the first
     path, or for a call without one (a shell command) the command itself. Call inside the
     caller's transaction; the approvers are notified once it commits."""
-    policy = _policy_row(run)
+    policy = policy_row_for_agent(run.agent)
     kind, tool, arguments = binding.kind, binding.tool, dict(binding.arguments)
     if strong_confirmation and not confirm_text:
         command = arguments.get("command")
@@ -108,14 +102,6 @@ def approval_request_create(
     return approval
 
 
-def _policy_row(run: Run) -> Policy | None:
-    from policies.core.default_policy import DEFAULT_POLICY_NAME
-
-    if run.agent.policy_id:
-        return Policy.objects.filter(pk=run.agent.policy_id).first()
-    return Policy.objects.filter(name=DEFAULT_POLICY_NAME).first()
-
-
 def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> None:
     """What was approved (or is pending) no longer matches the workspace or the policy: the
     request stops counting, and the harness asks again. Call inside the caller's transaction."""
@@ -127,17 +113,22 @@ def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> Non
     if updated and approval.grant_id:
         _grant_withdraw(approval)
     if updated:
-        run_event_append(
-            run_id=approval.run_id,
-            type="approval.invalidated",
-            payload={
-                "approval": str(approval.pk),
-                "kind": approval.kind,
-                "tool": approval.tool,
-                "reason": reason,
-                "changes": changes[:20],
-            },
-        )
+        approval_event_append(approval, "approval.invalidated", reason=reason, changes=changes[:20])
+
+
+def approval_event_append(approval: ApprovalRequest, type: str, **detail: Any) -> None:
+    """Every approval event names the request, its kind and its tool: the run's timeline
+    shows them, and the queue pages (which hear every approval.* event) refresh on them."""
+    run_event_append(
+        run_id=approval.run_id,
+        type=type,
+        payload={
+            "approval": str(approval.pk),
+            "kind": approval.kind,
+            "tool": approval.tool,
+            **detail,
+        },
+    )
 
 
 def _grant_withdraw(approval: ApprovalRequest) -> None:
@@ -163,21 +154,19 @@ def approvals_cancel_for_run(*, run_id: Any, reason: str) -> int:
     """A run that ends leaves no request pending: nobody is asked about a dead run, and the
     queue pages hear of each one that leaves. Inside the caller's transaction."""
     pending = list(
-        ApprovalRequest.objects.filter(
-            run_id=run_id, status=ApprovalRequest.Status.PENDING
-        ).values_list("pk", "kind", "tool")
+        ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalRequest.Status.PENDING).only(
+            "pk", "run_id", "kind", "tool"
+        )
     )
-    for pk, kind, tool in pending:
-        if ApprovalRequest.objects.filter(pk=pk, status=ApprovalRequest.Status.PENDING).update(
+    for approval in pending:
+        if ApprovalRequest.objects.filter(
+            pk=approval.pk, status=ApprovalRequest.Status.PENDING
+        ).update(
             status=ApprovalRequest.Status.CANCELLED,
             decided_at=timezone.now(),
             status_reason=reason[:2000],
         ):
-            run_event_append(
-                run_id=run_id,
-                type="approval.cancelled",
-                payload={"approval": str(pk), "kind": kind, "tool": tool, "reason": reason},
-            )
+            approval_event_append(approval, "approval.cancelled", reason=reason)
     return len(pending)
 
 
@@ -241,16 +230,14 @@ def approval_decide(
             edited_diff=edited_diff,
             remember=remember,
         )
-        if decision == "approve" and _missing(current) > 0:
-            run_event_append(
-                run_id=run.pk,
-                type="approval.vote",
-                payload={
-                    "approval": str(current.pk),
-                    "by": user.get_username(),
-                    "approvals": current.decisions.filter(decision="approve").count(),
-                    "required": current.required_approvals,
-                },
+        votes = current.decisions.filter(decision="approve").count()
+        if decision == "approve" and votes < current.required_approvals:
+            approval_event_append(
+                current,
+                "approval.vote",
+                by=user.get_username(),
+                approvals=votes,
+                required=current.required_approvals,
             )
             return current
         status = (
@@ -271,18 +258,13 @@ def approval_decide(
         current = ApprovalRequest.objects.select_related("run", "decided_by").get(pk=current.pk)
         if not won:  # cannot happen under the locks; kept as the last line of defence
             raise AlreadyDecided(current)
-        run_event_append(
-            run_id=run.pk,
-            type="approval.decided",
-            payload={
-                "approval": str(current.pk),
-                "kind": current.kind,
-                "tool": current.tool,
-                "decision": status,
-                "by": user.get_username(),
-                "comment": comment,
-                "edited": bool(edited_diff),
-            },
+        approval_event_append(
+            current,
+            "approval.decided",
+            decision=status,
+            by=user.get_username(),
+            comment=comment,
+            edited=bool(edited_diff),
         )
         if remember and decision == "approve" and current.kind == ApprovalRequest.Kind.TOOL_CALL:
             from policies.core.permissions import PolicyError
@@ -329,13 +311,8 @@ def _decision_errors(
     if edited_diff and edited_diff != approval.diff and "edited_diff" not in errors:
         if decision != "approve":
             errors["edited_diff"] = "Only an approval carries an edited patch."
-        elif approval.kind != ApprovalRequest.Kind.COMMIT and approval.tool not in EDITABLE_TOOLS:
-            errors["edited_diff"] = f"A {approval.tool} call has no patch to edit."
-        elif approval.required_approvals > 1:
-            errors["edited_diff"] = (
-                "A request that needs several approvers cannot be edited by one: reject it "
-                "with the change you want instead."
-            )
+        elif refusal := approval.edit_refusal:
+            errors["edited_diff"] = refusal
         elif len(edited_diff) > MAX_EDIT_CHARS:
             errors["edited_diff"] = f"Keep the patch under {MAX_EDIT_CHARS} characters."
         else:
@@ -374,18 +351,15 @@ def _missing(approval: ApprovalRequest) -> int:
 def _resume(run: Run, approval: ApprovalRequest, user: Any) -> None:
     if run.status != run_status.WAITING_FOR_APPROVAL:
         return  # cancelled or failed meanwhile: the decision is recorded, nothing resumes
-    Run.objects.filter(pk=run.pk).update(waiting_for="")
     if approval.kind == ApprovalRequest.Kind.COMMIT:
         if approval.status == ApprovalRequest.Status.REJECTED:
             reason = f"rejected by {user.get_username()}: {approval.comment}"
-            run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
-            steps_close(run_id=run.pk, status="rejected")
-            transaction.on_commit(
-                partial(session_end_dispatch, run_id=run.pk, outcome="failed", reason=reason)
-            )
+            run_fail_idle(run_id=run.pk, reason=reason, steps="rejected")
             return
+        Run.objects.filter(pk=run.pk).update(waiting_for="")
         run_transition(run_id=run.pk, to=run_status.VERIFYING, detail={"approval": "approved"})
     else:
+        Run.objects.filter(pk=run.pk).update(waiting_for="")
         run_transition(run_id=run.pk, to=run_status.RUNNING, detail={"approval": approval.status})
     transaction.on_commit(partial(run_dispatch, run_id=run.pk))
 
@@ -417,23 +391,9 @@ def approval_expire(*, approval_id: Any, now: datetime.datetime | None = None) -
         ).update(status=ApprovalRequest.Status.EXPIRED, decided_at=now, status_reason=reason)
         if not expired:
             return False  # decided or cancelled meanwhile
-        run_event_append(
-            run_id=run.pk,
-            type="approval.expired",
-            payload={
-                "approval": str(approval.pk),
-                "kind": approval.kind,
-                "tool": approval.tool,
-                "reason": reason,
-            },
-        )
+        approval_event_append(approval, "approval.expired", reason=reason)
         if run.status == run_status.WAITING_FOR_APPROVAL:
-            Run.objects.filter(pk=run.pk).update(waiting_for="")
-            run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
-            steps_close(run_id=run.pk, status="expired")
-            transaction.on_commit(
-                partial(session_end_dispatch, run_id=run.pk, outcome="failed", reason=reason)
-            )
+            run_fail_idle(run_id=run.pk, reason=reason, steps="expired")
     return True
 
 

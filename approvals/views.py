@@ -29,11 +29,12 @@ from .selectors import (
     approval_for_user,
     may_read,
     may_review,
+    pending_count_for,
     pending_counts,
     queue_for,
     queue_neighbours,
 )
-from .services import EDITABLE_TOOLS, AlreadyDecided, approval_decide
+from .services import AlreadyDecided, approval_decide
 
 # A page of work: approvers decide from the top. 200 rows kept 1,000 model instances alive
 # per request and set off full garbage collections (bench/approvals.py: p95 141 ms).
@@ -124,7 +125,7 @@ def approval_count(request: HttpRequest) -> HttpResponse:
     approvals socket says something changed."""
     if not may_review(request.user):
         raise PermissionDenied("Only approvers count approval requests.")
-    count = pending_counts(request.user)["theirs"]
+    count = pending_count_for(request.user)
     return render(request, "approvals/nav_count.html", {"approvals_pending": count})
 
 
@@ -177,7 +178,7 @@ def _review(
         "is_requester": is_requester,
         "may_decide": may_review(user),
         "can_decide": approval.is_pending and may_review(user) and not is_requester and not voted,
-        **_editor(approval, files, form),
+        **_editor(approval, form),
         "siblings": ApprovalRequest.objects.filter(
             run=run, status=ApprovalRequest.Status.PENDING
         ).exclude(pk=approval.pk),
@@ -189,19 +190,10 @@ def _review(
     return render(request, "approvals/review.html", context, status=status)
 
 
-def _editor(
-    approval: ApprovalRequest, files: list[dict[str, Any]], form: DecisionForm
-) -> dict[str, Any]:
-    """The patch editor: offered for a commit's patch (A3) that one person decides alone and
-    that is text (a binary change is described, not shown: nothing to edit); open, with
-    what was typed, when the page comes back with an edit."""
-    editable = (
-        approval.is_pending
-        and (approval.kind == ApprovalRequest.Kind.COMMIT or approval.tool in EDITABLE_TOOLS)
-        and approval.required_approvals == 1
-        and bool(approval.diff)
-        and not any(f["binary"] for f in files)
-    )
+def _editor(approval: ApprovalRequest, form: DecisionForm) -> dict[str, Any]:
+    """The patch editor, where the request has a patch one approver may edit (A3); open,
+    with what was typed, when the page comes back with an edit."""
+    editable = approval.is_pending and not approval.edit_refusal
     typed = (form["edited_diff"].value() or "") if form.is_bound else ""
     changed = bool(typed) and typed.replace("\r\n", "\n") != approval.diff
     return {

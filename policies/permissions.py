@@ -43,10 +43,20 @@ def _rule(key: str, tool: str, decision: str, path: str, reason: str) -> Rule:
     return Rule(key, tool, decision, path, reason)  # type: ignore[arg-type]
 
 
+def _agent_policy(agent: Any) -> dict[str, Any]:
+    """Which policy row governs an agent: its own, or the default."""
+    return {"pk": agent.policy_id} if agent.policy_id else {"name": DEFAULT_POLICY_NAME}
+
+
+def policy_row_for_agent(agent: Any) -> PolicyRow | None:
+    """The agent's policy row, for its settings beside the rules (approval expiry, M of N)."""
+    return PolicyRow.objects.filter(**_agent_policy(agent)).first()
+
+
 def policy_for_agent(agent: Any) -> Policy:
     """The agent's policy (or the default), read as plain values: this runs before every
     tool call of every run, so no model instances are built for it."""
-    lookup = {"pk": agent.policy_id} if agent.policy_id else {"name": DEFAULT_POLICY_NAME}
+    lookup = _agent_policy(agent)
     row = PolicyRow.objects.filter(**lookup).values_list("pk", "name", "ceiling", "version")
     found = row.first()
     if found is None:

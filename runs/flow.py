@@ -32,6 +32,7 @@ from approvals.core.binding import binding_changes
 from approvals.core.patch import PatchError, apply_patch
 from approvals.models import ApprovalRequest
 from approvals.services import (
+    approval_event_append,
     approval_invalidate,
     approval_request_create,
     approvals_cancel_for_run,
@@ -676,24 +677,21 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
             to=run_status.WAITING_FOR_APPROVAL,
             detail={"waiting_for": "approval", "approval": str(approval.pk)},
         )
-        run_event_append(
-            run_id=run.pk, type="approval.requested", payload=_approval_event(approval)
-        )
+        _approval_requested(approval)
 
 
-def _approval_event(approval: ApprovalRequest) -> dict[str, Any]:
-    return {
-        "approval": str(approval.pk),
-        "kind": approval.kind,
-        "tool": approval.tool,
-        "paths": approval.paths,
-        "rule": approval.rule,
-        "reason": approval.reason,
-        "strong_confirmation": approval.strong_confirmation,
-        "required_approvals": approval.required_approvals,
-        "expires_at": approval.expires_at.isoformat() if approval.expires_at else None,
-        "status": approval.status,
-    }
+def _approval_requested(approval: ApprovalRequest) -> None:
+    approval_event_append(
+        approval,
+        "approval.requested",
+        paths=approval.paths,
+        rule=approval.rule,
+        reason=approval.reason,
+        strong_confirmation=approval.strong_confirmation,
+        required_approvals=approval.required_approvals,
+        expires_at=approval.expires_at.isoformat() if approval.expires_at else None,
+        status=approval.status,
+    )
 
 
 def _tool_decided(driver: Driver, run: Run, state: loop.LoopState, data: dict[str, Any]) -> bool:
@@ -918,14 +916,6 @@ def _approval(driver: Driver, run: Run) -> bool:
     if not paths:
         return _complete(driver, run)
     policy = policy_for_agent(run.agent)
-    binding = binding_for(
-        run=run,
-        kind=ApprovalRequest.Kind.COMMIT,
-        tool="commitDraft",
-        arguments={"paths": paths},
-        paths=paths,
-        policy_version=policy.version,
-    )
     existing = (
         ApprovalRequest.objects.filter(run=run, kind=ApprovalRequest.Kind.COMMIT)
         .exclude(status=ApprovalRequest.Status.INVALIDATED)
@@ -933,15 +923,16 @@ def _approval(driver: Driver, run: Run) -> bool:
         .order_by("-requested_at")
         .first()
     )
-    approved = existing is not None and existing.status == ApprovalRequest.Status.APPROVED
-    if approved and existing.paths != paths:
-        changes = ["the set of drafts to commit changed since the request"]
-    elif approved:
-        changes = _binding_changes(run, existing, policy.version)
-    if approved and changes:
-        with fenced(driver.lease):
-            approval_invalidate(approval=existing, changes=changes)
-        existing = None
+    if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
+        changes = (
+            ["the set of drafts to commit changed since the request"]
+            if existing.paths != paths
+            else _binding_changes(run, existing, policy.version)
+        )
+        if changes:
+            with fenced(driver.lease):
+                approval_invalidate(approval=existing, changes=changes)
+            existing = None
     if existing is not None and not existing.is_pending:
         if existing.status == ApprovalRequest.Status.APPROVED:
             with fenced(driver.lease):
@@ -978,6 +969,15 @@ def _approval(driver: Driver, run: Run) -> bool:
             _update(run, stage="commit")
         return CONTINUE
     reason = asks[0].reason if asks else ((run.task or {}).get("approval") or {}).get("reason", "")
+    # What the approvers will see, read before the checkpoint's lock.
+    binding = binding_for(
+        run=run,
+        kind=ApprovalRequest.Kind.COMMIT,
+        tool="commitDraft",
+        arguments={"paths": paths},
+        paths=paths,
+        policy_version=policy.version,
+    )
     with fenced(driver.lease):
         step = _step_begin(run, "approval", {"paths": paths})
         approval = approval_request_create(
@@ -999,9 +999,7 @@ def _approval(driver: Driver, run: Run) -> bool:
             to=run_status.WAITING_FOR_APPROVAL,
             detail={"waiting_for": "approval", "approval": str(approval.pk)},
         )
-        run_event_append(
-            run_id=run.pk, type="approval.requested", payload=_approval_event(approval)
-        )
+        _approval_requested(approval)
     return STOP
 
 

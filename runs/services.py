@@ -259,11 +259,19 @@ def _cancelled(run: Run, reason: str) -> None:
     from approvals.services import approvals_cancel_for_run
 
     approvals_cancel_for_run(run_id=run.pk, reason=reason)
-    run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
-    steps_close(run_id=run.pk, status="cancelled")
+    run_fail_idle(run_id=run.pk, reason=reason, steps="cancelled")
     run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
+
+
+def run_fail_idle(*, run_id: Any, reason: str, steps: str) -> None:
+    """Fail a run no worker holds (cancelled or its commit rejected while it waited, its
+    approval expired): no stage left running, and once committed the session_end hooks
+    are told from a worker. Inside the caller's transaction, the run's row locked."""
+    Run.objects.filter(pk=run_id).update(waiting_for="")
+    run_transition(run_id=run_id, to=run_status.FAILED, failure_reason=reason)
+    steps_close(run_id=run_id, status=steps)
     transaction.on_commit(
-        partial(session_end_dispatch, run_id=run.pk, outcome="failed", reason=reason)
+        partial(session_end_dispatch, run_id=run_id, outcome="failed", reason=reason)
     )
 
 
