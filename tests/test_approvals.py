@@ -441,7 +441,7 @@ def test_decisions_cannot_be_changed_or_deleted(personas, agent, workspace, docs
 @pytest.fixture
 def webhook():
     sink = WebhookSink()
-    yield sink.url, sink.received
+    yield sink.url, sink.posts
     sink.close()
 
 
@@ -466,7 +466,7 @@ def test_approvers_get_an_email_and_the_webhook_a_signed_json_body(
     assert message.to == ["april@example.com"]
     assert "Approval needed" in message.subject and f"/approvals/{approval.pk}/" in message.body
     assert approval_webhook_send(approval_id=approval.pk, event="requested")
-    (headers, body) = received[-1]
+    headers, body = received[-1]["headers"], received[-1]["raw"]
     payload = json.loads(body)
     assert payload["event"] == "approval.requested"
     assert payload["approval"]["id"] == str(approval.pk)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from runs import flow
 from runs.models import Artifact, Message, ModelCall, Run, RunEvent, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED
+from tests.webhook_sink import WebhookSink
 
 pytestmark = SEEDED
 
@@ -28,44 +27,9 @@ FIX_LINK = "Fix the broken link in docs/configuration.md"  # tests/replays/fix-l
 SUMMARY = "Summarize docs/team-notes.md"  # tests/replays/hooks-summary.json
 
 
-class Receiver:
-    """A local webhook endpoint over real HTTP: records each POST, answers ``status``."""
-
-    def __init__(self, status: int = 204) -> None:
-        self.status = status
-        self.posts: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # the name http.server calls
-                length = int(self.headers.get("content-length", 0))
-                receiver.posts.append(
-                    {
-                        "path": self.path,
-                        "headers": dict(self.headers),
-                        "body": json.loads(self.rfile.read(length) or b"{}"),
-                    }
-                )
-                self.send_response(receiver.status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/harness"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def receiver():
-    server = Receiver()
+    server = WebhookSink()
     yield server
     server.close()
 
@@ -253,7 +217,7 @@ def test_secret_redaction_removes_a_planted_key_everywhere(personas, agent, work
 
 # --- (d) a halting session_start fails the run ---------------------------------------------------
 def test_a_halting_session_start_fails_the_run_naming_the_handler(personas, agent, workspace):
-    down = Receiver(status=503)
+    down = WebhookSink(status=503)
     try:
         bind(agent, "session_start", "webhook-notifier", {"url": down.url, "timeout": 2})
         run = drive(start(personas, agent, workspace, SUMMARY))

@@ -1,7 +1,9 @@
-"""A local HTTP server that records the webhook POSTs it receives (approval notifications)."""
+"""A local HTTP endpoint that records the webhook POSTs it receives over real HTTP (hooks,
+approval notifications), answering ``status``."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -9,42 +11,44 @@ from typing import Any
 
 
 class WebhookSink:
-    """Started by a test (or the live stack); ``received`` holds (headers, body) pairs."""
+    """Each POST is kept in ``posts`` as {path, headers, raw, body (JSON, or None)}."""
 
-    def __init__(self, status: int = 204) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
+    def __init__(self, status: int = 204, path: str = "/hooks/harness") -> None:
+        self.posts: list[dict[str, Any]] = []
         self.status = status
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                sink.received.append((dict(self.headers), body))
+            def do_POST(self) -> None:  # the name http.server calls
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = None
+                sink.posts.append(
+                    {"path": self.path, "headers": dict(self.headers), "raw": raw, "body": body}
+                )
                 self.send_response(sink.status)
+                self.send_header("content-length", "0")
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_port}{path}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/hook"
-
-    def bodies(self) -> list[bytes]:
-        return [body for _, body in self.received]
-
     def wait_for(self, predicate: Any, timeout: float = 20.0) -> bytes:
-        """The first body that satisfies ``predicate``, waiting for it to arrive."""
+        """The first raw body that satisfies ``predicate``, waiting for it to arrive."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for body in self.bodies():
-                if predicate(body):
-                    return body
+            for post in list(self.posts):
+                if predicate(post["raw"]):
+                    return post["raw"]
             time.sleep(0.05)
-        raise AssertionError(f"No webhook call matched within {timeout} s: {self.bodies()!r}")
+        raise AssertionError(f"No webhook call matched within {timeout} s: {self.posts!r}")
 
     def close(self) -> None:
         self._server.shutdown()
