@@ -26,114 +26,48 @@ import cProfile
 import datetime
 import gc
 import json
-import os
 import platform
 import pstats
-import secrets
-import shutil
-import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _place import prepare
 
-BENCH_NAME = "bench_approvals"  # the PostgreSQL database
-PREFIX = "bench-approvals"  # Redis keys (cache, channel layer) and the Celery queue
-VAR_DIR = Path(tempfile.mkdtemp(prefix="harness-bench-approvals-"))
-REPLAYS = VAR_DIR / "replays"
-REPLAYS.mkdir()
-os.environ["HARNESS_VAR_DIR"] = str(VAR_DIR)
-os.environ["HARNESS_REPLAY_DIRS"] = str(REPLAYS)
-os.environ["HARNESS_REDIS_PREFIX"] = PREFIX
-os.environ["HARNESS_USE_TEST_DATABASES"] = "false"  # the bench database is everyone's here
-if os.environ.get("DATABASE_URL"):
-    _url = urlsplit(os.environ["DATABASE_URL"])
-    os.environ["DATABASE_URL"] = urlunsplit(_url._replace(path=f"/{BENCH_NAME}"))
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_console.settings")
-
-from harness_console.celery import app as celery_app  # noqa: E402
-
-celery_app.conf.task_default_queue = PREFIX  # run_create's dispatch, from this process
+PLACE = prepare("approvals")
+VAR_DIR = PLACE.var_dir
 
 import django  # noqa: E402
 
 django.setup()
 
+from _tools import (  # noqa: E402
+    BROKEN,
+    BenchStack,
+    fix_script,
+    own_databases,
+    pct,
+    wait_status,
+)
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection, connections  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext, setup_databases, teardown_databases  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
 from approvals.models import ApprovalDecision, ApprovalRequest  # noqa: E402
-from harness_console.management.commands.serve import commands  # noqa: E402
 from harness_console.roles import APPROVER, OPERATOR, roles_sync  # noqa: E402
 from runs.core import status as run_status  # noqa: E402
 from runs.models import Agent, Run, RunEvent, Workspace  # noqa: E402
 from runs.services import run_create  # noqa: E402
-from tests.stack import LiveStack, wait_until  # noqa: E402
 
 GOAL_CLICK_P95 = 0.500
 GOAL_QUEUE = 0.100
-BROKEN = "# Page {i}\n\nSee [the guide](getting-startd.md).\n"
-USAGE = {"input_tokens": 300, "output_tokens": 20}
-# daphne and the worker as `make run` starts them, their Celery tasks sent to our queue.
-LAUNCH = (
-    "import os, runpy, sys; from harness_console.celery import app; "
-    "app.conf.task_default_queue = os.environ['HARNESS_BENCH_QUEUE']; "
-    "sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
-)
-
-
-class BenchStack(LiveStack):
-    """daphne and one Celery worker (no beat) on the bench's database and queue."""
-
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env["HARNESS_USE_TEST_DATABASES"] = "false"
-        env["HARNESS_BENCH_QUEUE"] = PREFIX
-        return env
-
-    def start(self, *, collectstatic: bool = False) -> BenchStack:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = commands(host="127.0.0.1", port=self.port, worker_name=f"{PREFIX}-{self.port}@%h")
-        for name, extra in (("web", []), ("worker", ["--queues", PREFIX])):
-            python, _dash_m, module, *rest = argv[name]
-            self._spawn(name, [python, "-c", LAUNCH, module, *rest, *extra])
-
-        def ready() -> bool:
-            self._check_alive()
-            return "ready." in self.log("worker")
-
-        wait_until(ready, timeout=60, what="the Celery worker")
-        wait_until(self._web_ready, timeout=30, what="daphne to answer")
-        return self
-
-
-def redis_clean() -> None:
-    """Our own keys only: the cache's and channel layer's prefix, our queue and its binding."""
-    if settings.EMBEDDED:
-        return
-    import redis
-
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    keys = list(client.scan_iter(match=f"*{PREFIX}*", count=1000))
-    if keys:
-        client.delete(*keys)
-
-
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def ms(values: list[float]) -> str:
@@ -168,39 +102,11 @@ def fixtures(count: int) -> dict[str, Any]:
     }
 
 
-def fix_script(i: int) -> str:
-    """A replay that patches one page's broken link in a draft, then ends: the commit waits."""
-    path = f"docs/page-{i:02d}.md"
-    request = f"Fix the broken link in {path}"
-    patch = {"path": path, "search": "(getting-startd.md)", "replace": "(getting-started.md)"}
-    turns = [
-        {
-            "stop_reason": "tool_use",
-            "content": [
-                {"type": "tool_use", "id": "toolu_patch", "name": "patchDraft", "input": patch}
-            ],
-            "usage": USAGE,
-        },
-        {"stop_reason": "end_turn", "content": [{"type": "text", "text": "Fixed."}]},
-    ]
-    body = {"request": request, "agent": "bench", "workspace": "bench", "turns": turns}
-    (REPLAYS / f"fix-{i:02d}.json").write_text(json.dumps(body))
-    return request
-
-
-def wait_status(run_id: Any, wanted: set[str], timeout: float) -> Run:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run_id)
-        if run.status in wanted:
-            return run
-        if run.status == run_status.FAILED:
-            raise RuntimeError(f"Run {run_id} failed: {run.failure_reason}")
-        time.sleep(0.02)
-    raise TimeoutError(f"Run {run_id} is still {run.status} after {timeout} s.")
-
-
 # --- 1. approve click -> the run's next event -------------------------------------------------
+class WebStack(BenchStack):
+    web = True  # the click is an HTTP request to daphne
+
+
 def approve(stack: BenchStack, fx: dict[str, Any], run: Run) -> dict[str, Any]:
     approval = ApprovalRequest.objects.get(
         run=run, kind=ApprovalRequest.Kind.COMMIT, status=ApprovalRequest.Status.PENDING
@@ -244,7 +150,7 @@ def bench_click(stack: BenchStack, fx: dict[str, Any], count: int) -> float:
             agent=fx["agent"],
             workspace=fx["workspace"],
             requester=fx["requester"],
-            request=fix_script(i),
+            request=fix_script(PLACE, i),
         )
         for i in range(count + 1)
     ]
@@ -467,39 +373,27 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--profile", action="store_true", help="cProfile one queue page")
     args = parser.parse_args()
-    for alias in settings.DATABASES:  # the bench's own database, under its own name
-        connections[alias].settings_dict["TEST"]["NAME"] = connections[alias].settings_dict["NAME"]
-    redis_clean()
-    old = setup_databases(verbosity=0, interactive=False, aliases=set(settings.DATABASES))
-    stack = BenchStack(log_dir=VAR_DIR / "logs")
-    ok = False
-    try:
-        fx = fixtures(args.approvals + 1)
-        stack.start()
-        config = (
-            "embedded (SQLite, filesystem broker)"
-            if settings.EMBEDDED
-            else "production (PostgreSQL, Redis broker)"
-        )
-        print(
-            f"configuration: {config}; Python {platform.python_version()}, "
-            f"Django {django.get_version()}, DEBUG {settings.DEBUG}\n"
-        )
-        click_p95 = bench_click(stack, fx, args.approvals)
-        queue_p95 = bench_pages(stack, fx, args)
-        print()
-        goal("approve click -> next event, p95", click_p95, GOAL_CLICK_P95)
-        goal("queue page server time, p95", queue_p95, GOAL_QUEUE)
-        ok = True
-    finally:
-        stack.stop()
-        connection.close()
-        teardown_databases(old, verbosity=0)
-        redis_clean()
-        if ok:
-            shutil.rmtree(VAR_DIR, ignore_errors=True)
-        else:
-            print(f"Kept {VAR_DIR} (daphne's and the worker's logs are in logs/).", file=sys.stderr)
+    with own_databases(PLACE, logs="daphne's and the worker's logs are"):
+        stack = WebStack(log_dir=VAR_DIR / "logs")
+        try:
+            fx = fixtures(args.approvals + 1)
+            stack.start()
+            config = (
+                "embedded (SQLite, filesystem broker)"
+                if settings.EMBEDDED
+                else "production (PostgreSQL, Redis broker)"
+            )
+            print(
+                f"configuration: {config}; Python {platform.python_version()}, "
+                f"Django {django.get_version()}, DEBUG {settings.DEBUG}\n"
+            )
+            click_p95 = bench_click(stack, fx, args.approvals)
+            queue_p95 = bench_pages(stack, fx, args)
+            print()
+            goal("approve click -> next event, p95", click_p95, GOAL_CLICK_P95)
+            goal("queue page server time, p95", queue_p95, GOAL_QUEUE)
+        finally:
+            stack.stop()
 
 
 if __name__ == "__main__":

@@ -26,51 +26,39 @@ import argparse
 import cProfile
 import itertools
 import json
-import os
 import pstats
 import re
-import secrets
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _place import ROOT, prepare
 
-BENCH_NAME = "bench_loop"  # the PostgreSQL database
-PREFIX = "bench-loop"  # Redis keys (cache, channel layer) and the Celery queue
-VAR_DIR = Path(tempfile.mkdtemp(prefix="harness-bench-loop-"))
-REPLAYS = VAR_DIR / "replays"
-REPLAYS.mkdir()
-os.environ["HARNESS_VAR_DIR"] = str(VAR_DIR)
-os.environ["HARNESS_REPLAY_DIRS"] = str(REPLAYS)
-os.environ["HARNESS_REDIS_PREFIX"] = PREFIX
-os.environ["HARNESS_USE_TEST_DATABASES"] = "false"  # the bench database is everyone's here
-if os.environ.get("DATABASE_URL"):
-    _url = urlsplit(os.environ["DATABASE_URL"])
-    os.environ["DATABASE_URL"] = urlunsplit(_url._replace(path=f"/{BENCH_NAME}"))
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_console.settings")
+PLACE = prepare("loop")
+VAR_DIR, REPLAYS = PLACE.var_dir, PLACE.replays
 
 import django  # noqa: E402
 
 django.setup()
 
+from _tools import (  # noqa: E402
+    BROKEN,
+    USAGE,
+    BenchStack,
+    fix_script,
+    own_databases,
+    pct,
+    wait_status,
+)
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection, connections  # noqa: E402
-from django.test.utils import setup_databases, teardown_databases  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from approvals.models import ApprovalRequest  # noqa: E402
 from approvals.services import approval_decide  # noqa: E402
-from harness_console.celery import app as celery_app  # noqa: E402
-from harness_console.management.commands.serve import commands  # noqa: E402
 from harness_console.roles import APPROVER, OPERATOR, roles_sync  # noqa: E402
 from policies.models import ToolDefinition  # noqa: E402
 from policies.permissions import policy_for_agent  # noqa: E402
@@ -93,50 +81,14 @@ from runs.services import run_create  # noqa: E402
 from runs.tool_calls import IN_PROCESS, _side_effect  # noqa: E402
 from runs.tools.context import policy_to_context  # noqa: E402
 from runs.tools.isolation import run_isolated  # noqa: E402
-from tests.stack import LiveStack, wait_until  # noqa: E402
 
 # LangGraph 1.2 on this machine (../shared/NOTES.md), model and tool calls free.
 LANGGRAPH_MS = {"sqlite": 4.0, "postgresql": 5.1}
 LANGGRAPH_BYTES = 1_970_000
 TINY = "# Tiny\n\nA tiny page about the loop.\n"
-BROKEN = "# Page {i}\n\nSee [the guide](getting-startd.md).\n"
 ARGUMENTS = {"searchDocs": {"query": "tiny loop"}, "readSource": {"path": "docs/tiny.md"}}
-USAGE = {"input_tokens": 300, "output_tokens": 20}
 # What --profile lists: the console's code, and the hop to the channel layer.
 PROFILED = re.escape(str(ROOT)) + r"/(runs|policies|approvals)/|asgiref/sync|channels_(lite|redis)/"
-
-
-class BenchWorker(LiveStack):
-    """One Celery worker as ``make run`` starts it (no daphne), on the bench's own queue."""
-
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env["HARNESS_USE_TEST_DATABASES"] = "false"
-        return env
-
-    def start(self, *, collectstatic: bool = False) -> BenchWorker:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = commands(host="127.0.0.1", port=self.port, worker_name=f"{PREFIX}-{self.port}@%h")
-        self._spawn("worker", [*argv["worker"], "--queues", PREFIX])
-
-        def ready() -> bool:
-            self._check_alive()
-            return "ready." in self.log("worker")
-
-        wait_until(ready, timeout=60, what="the Celery worker")
-        return self
-
-
-def redis_clean() -> None:
-    """Our own keys only: the cache's and channel layer's prefix, our queue and its binding."""
-    if settings.EMBEDDED:
-        return
-    import redis
-
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    keys = list(client.scan_iter(match=f"*{PREFIX}*", count=1000))
-    if keys:
-        client.delete(*keys)
 
 
 # --- fixtures and replay scripts ---------------------------------------------------------
@@ -190,44 +142,6 @@ def loop_script(tool: str, steps: int) -> tuple[str, Path]:
     return request, script(f"loop-{tool}", request, turns)
 
 
-def fix_script(i: int) -> str:
-    path = f"docs/page-{i:02d}.md"
-    request = f"Fix the broken link in {path}"
-    patch = {"path": path, "search": "(getting-startd.md)", "replace": "(getting-started.md)"}
-    script(
-        f"fix-{i:02d}",
-        request,
-        [
-            {
-                "stop_reason": "tool_use",
-                "content": [
-                    {"type": "tool_use", "id": "toolu_patch", "name": "patchDraft", "input": patch}
-                ],
-                "usage": USAGE,
-            },
-            {"stop_reason": "end_turn", "content": [{"type": "text", "text": "Fixed."}]},
-        ],
-    )
-    return request
-
-
-def wait_status(run_id: Any, wanted: set[str], timeout: float) -> Run:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run_id)
-        if run.status in wanted:
-            return run
-        if run.status == run_status.FAILED:
-            raise RuntimeError(f"Run {run_id} failed: {run.failure_reason}")
-        time.sleep(0.02)
-    raise TimeoutError(f"Run {run_id} is still {run.status} after {timeout} s.")
-
-
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-
-
-# --- 1. per agent step ---------------------------------------------------------------------
 def harness_run(fx: dict[str, Any], request: str, steps: int) -> tuple[Run, dict[str, float]]:
     run = run_create(
         agent=fx["agent"], workspace=fx["workspace"], requester=fx["requester"], request=request
@@ -379,7 +293,7 @@ def bench_approvals(fx: dict[str, Any], count: int) -> None:
             agent=fx["agent"],
             workspace=fx["workspace"],
             requester=fx["requester"],
-            request=fix_script(i),
+            request=fix_script(PLACE, i),
         )
         for i in range(count)
     ]
@@ -404,12 +318,13 @@ def bench_approvals(fx: dict[str, Any], count: int) -> None:
             if time.time() - called > 30:
                 raise TimeoutError(f"Run {run.pk} did not resume.")
             time.sleep(0.002)
-        commit = ToolCall.objects.get(run=run, tool="commitDraft")
-        claimed.append((commit.started_at - decided.created_at).total_seconds())
         stored.append((event.created_at - decided.created_at).total_seconds())
         visible.append(seen - called)
         next_types.add(event.type)
         wait_status(run.pk, {run_status.COMPLETED}, timeout=60)
+        # The commit comes after the next event (the approval stage's end), so read it last.
+        commit = ToolCall.objects.get(run=run, tool="commitDraft")
+        claimed.append((commit.started_at - decided.created_at).total_seconds())
     print(
         f"\n3. approval decision -> the run's next event ({count} runs waiting for a commit; "
         f"next event: {', '.join(sorted(next_types))})"
@@ -468,38 +383,25 @@ def main() -> None:
     parser.add_argument("--approvals", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="cProfile a run in-process")
     args = parser.parse_args()
-    for alias in settings.DATABASES:  # the bench's own database, under its own name
-        connections[alias].settings_dict["TEST"]["NAME"] = connections[alias].settings_dict["NAME"]
-    celery_app.conf.task_default_queue = PREFIX
-    redis_clean()
-    old = setup_databases(verbosity=0, interactive=False, aliases=set(settings.DATABASES))
-    worker = BenchWorker(log_dir=VAR_DIR / "logs")
-    ok = False
-    try:
-        fx = fixtures(args.steps, args.approvals)
-        worker.start()
-        config = (
-            "embedded (SQLite, filesystem broker)"
-            if settings.EMBEDDED
-            else "production (PostgreSQL, Redis broker)"
-        )
-        print(f"configuration: {config}\n")
-        run, overhead = bench_steps(fx, args.steps)
-        size = storage(run, args.steps)
-        bench_approvals(fx, args.approvals)
-        goals(overhead, size)
-        if args.profile:
-            profile(fx, args.steps)
-        ok = True
-    finally:
-        worker.stop()
-        connection.close()
-        teardown_databases(old, verbosity=0)
-        redis_clean()
-        if ok:
-            shutil.rmtree(VAR_DIR, ignore_errors=True)
-        else:
-            print(f"Kept {VAR_DIR} (the worker's log is in logs/).", file=sys.stderr)
+    with own_databases(PLACE, logs="the worker's log is"):
+        worker = BenchStack(log_dir=VAR_DIR / "logs")
+        try:
+            fx = fixtures(args.steps, args.approvals)
+            worker.start()
+            config = (
+                "embedded (SQLite, filesystem broker)"
+                if settings.EMBEDDED
+                else "production (PostgreSQL, Redis broker)"
+            )
+            print(f"configuration: {config}\n")
+            run, overhead = bench_steps(fx, args.steps)
+            size = storage(run, args.steps)
+            bench_approvals(fx, args.approvals)
+            goals(overhead, size)
+            if args.profile:
+                profile(fx, args.steps)
+        finally:
+            worker.stop()
 
 
 if __name__ == "__main__":
