@@ -201,8 +201,18 @@ HARNESS_RUN_LEASE_SECONDS = float(os.environ.get("HARNESS_RUN_LEASE_SECONDS", "3
 HARNESS_SWEEP_SECONDS = float(os.environ.get("HARNESS_SWEEP_SECONDS", "10"))
 # Pending approvals past their policy's deadline expire (SPEC A5); reminders go out first.
 HARNESS_APPROVAL_SWEEP_SECONDS = float(os.environ.get("HARNESS_APPROVAL_SWEEP_SECONDS", "30"))
+# Rollups (SPEC O6): runs add themselves as they finish; this rebuilds yesterday and today
+# from the raw rows, repairing anything that changed after a run ended.
+HARNESS_ROLLUP_RECONCILE_SECONDS = float(os.environ.get("HARNESS_ROLLUP_RECONCILE_SECONDS", "900"))
+# The operations dashboard calls a run stuck when it is working (planning, running,
+# verifying) and has recorded no event for this long.
+HARNESS_STUCK_AFTER_SECONDS = int(os.environ.get("HARNESS_STUCK_AFTER_SECONDS", "600"))
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-abandoned-runs": {"task": "runs.tasks.runs_sweep", "schedule": HARNESS_SWEEP_SECONDS},
+    "reconcile-rollups": {
+        "task": "runs.tasks.rollups_reconcile_recent",
+        "schedule": HARNESS_ROLLUP_RECONCILE_SECONDS,
+    },
     "expire-approvals": {
         "task": "approvals.tasks.approvals_sweep",
         "schedule": HARNESS_APPROVAL_SWEEP_SECONDS,

@@ -144,6 +144,21 @@ class Policy(models.Model):
         return self.name
 
 
+class PolicyChange(models.Model):
+    """When a policy became which version: the retrospective dashboard marks these on its
+    time axis, beside instruction versions, to explain a change in the figures."""
+
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="changes")
+    version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.policy.name} v{self.version}"
+
+
 class PolicyRule(models.Model):
     policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="rules")
     order = models.PositiveIntegerField(help_text="Rules are considered in this order.")

@@ -16,7 +16,7 @@ from .core.paths import normalize_relative
 from .core.permissions import Call, Grant, Policy, PolicyError, Rule, Verdict, decide
 from .core.tool_specs import BUILTIN_TOOLS
 from .models import Policy as PolicyRow
-from .models import PolicyRule, ToolDefinition
+from .models import PolicyChange, PolicyRule, ToolDefinition
 from .paths import resolve_in_workspace
 
 PATH_ARGUMENTS = ("path", "source", "target")
@@ -71,7 +71,8 @@ def policy_bump_version(*, policy: PolicyRow) -> None:
     """Any edit of a policy or its rules makes a new version; decisions record which."""
     with transaction.atomic():
         PolicyRow.objects.filter(pk=policy.pk).update(version=F("version") + 1)
-    policy.refresh_from_db(fields=["version"])
+        policy.refresh_from_db(fields=["version"])
+        PolicyChange.objects.create(policy=policy, version=policy.version)
 
 
 def parse_arguments(raw: str | None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
@@ -15,7 +16,19 @@ from policies.admin import BusinessRuleInline, LayerConfigInline
 from policies.core.paths import PathRefused
 from policies.preview import prompt_preview, reload_from_disk
 
-from .models import Agent, Run, RunEvent, Step, ToolCall, Workspace, WriteRecord
+from .core.cost import price_in_force
+from .models import (
+    Agent,
+    DailyRollup,
+    ModelPrice,
+    Run,
+    RunEvent,
+    Step,
+    ToolCall,
+    Workspace,
+    WriteRecord,
+)
+from .pricing import price_version_create, prices
 from .tool_calls import RollbackRefused, tool_call_rollback
 
 
@@ -152,3 +165,64 @@ class ToolCallAdmin(ReadOnlyAdmin):
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("runs.change_toolcall")
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """Prices are versioned (SPEC O4): saving a price, new or changed, records a new version
+    from its "effective from" on; recorded costs keep the version they were made with."""
+
+    list_display = (
+        "model",
+        "version",
+        "effective_from",
+        "input_per_mtok",
+        "output_per_mtok",
+        "cache_write_per_mtok",
+        "cache_read_per_mtok",
+        "in_force",
+        "created_by",
+    )
+    list_filter = ("model",)
+    search_fields = ("model", "note")
+    readonly_fields = ("version", "created_by", "created_at")
+    fields = (
+        "model",
+        "effective_from",
+        "input_per_mtok",
+        "output_per_mtok",
+        "cache_write_per_mtok",
+        "cache_read_per_mtok",
+        "note",
+        "version",
+        "created_by",
+        "created_at",
+    )
+
+    @admin.display(boolean=True, description="in force")
+    def in_force(self, obj: ModelPrice) -> bool:
+        current = price_in_force(prices(), obj.model, timezone.now())
+        return current is not None and current.id == obj.pk
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        return {"effective_from": timezone.now(), **super().get_changeform_initial_data(request)}
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change and "effective_from" not in form.changed_data:
+            obj.effective_from = timezone.now()  # a changed price applies from now on
+        price_version_create(source=obj, user=request.user)
+        if change:
+            messages.info(request, f"Saved as version {obj.version}; the earlier version is kept.")
+
+    def response_change(self, request: HttpRequest, obj: Any) -> HttpResponse:
+        # The change was saved as a new row: go back to the list, not to the old row.
+        return self.response_post_save_change(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # recorded costs name the version they used
+
+
+@admin.register(DailyRollup)
+class DailyRollupAdmin(ReadOnlyAdmin):
+    list_display = ("day", "agent", "workspace", "updated_at")
+    list_filter = ("day", "agent", "workspace")

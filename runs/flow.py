@@ -46,9 +46,10 @@ from . import run_hooks
 from .conversation import last_tool_use, message_append, messages_for_api, tool_result_block
 from .core import loop
 from .core import status as run_status
-from .core.compaction import Thresholds, compact
+from .core.compaction import Thresholds, compact, estimate_tokens
+from .core.cost import ESTIMATED, REPORTED, Tokens
 from .core.intake import StructuredTask, intake
-from .core.model_turns import ModelError
+from .core.model_turns import ModelError, Usage
 from .leases import (
     CLAIMABLE,
     Heartbeat,
@@ -60,6 +61,7 @@ from .leases import (
 )
 from .model_clients import model_for_run, system_blocks
 from .models import Message, ModelCall, Run, RunEvent, Step, ToolCall
+from .pricing import call_cost
 from .services import cancel_if_requested, run_event_append, run_transition, steps_close
 from .tool_calls import (
     ToolCallStarted,
@@ -376,6 +378,19 @@ def _prompt(driver: Driver, run: Run) -> None:
     ]
 
 
+def _usage_counted(
+    reply: Any, system: list[dict[str, Any]], messages: list[dict[str, Any]]
+) -> Usage:
+    """The provider's usage report, or (when it sent none) the tokens counted here, marked
+    as not reported so that their cost is shown as an estimate."""
+    if reply.usage.reported:
+        return reply.usage
+    prompt = sum(estimate_tokens(m) for m in messages)
+    prompt += estimate_tokens({"role": "user", "content": system}) if system else 0
+    answer = estimate_tokens({"role": "assistant", "content": list(reply.content)})
+    return Usage(input_tokens=prompt, output_tokens=answer, reported=False)
+
+
 def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str, Any]) -> bool:
     _prompt(driver, run)
     if driver.model is None:
@@ -405,8 +420,19 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
     new_state, action = loop.step(
         state, loop.ModelReplied(reply.stop_reason, tuple(u.id for u in reply.tool_uses))
     )
+    usage = _usage_counted(reply, driver.system or [], compacted.messages)
+    priced = call_cost(
+        model=reply.model,
+        tokens=Tokens(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ),
+        reported=usage.reported,
+        at=timezone.now(),
+    )
     with fenced(driver.lease):
-        usage = reply.usage
         ModelCall.objects.create(
             run=run,
             turn=state.turn,
@@ -420,6 +446,9 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
             cache_creation_input_tokens=usage.cache_creation_input_tokens,
             cache_read_input_tokens=usage.cache_read_input_tokens,
             latency_ms=latency,
+            cost_usd=priced.cost_usd,
+            cost_basis=priced.basis,
+            price_id=priced.price_id,
         )
         row = message_append(
             run=run,
@@ -436,7 +465,11 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
             "cache_creation_input_tokens": F("cache_creation_input_tokens")
             + usage.cache_creation_input_tokens,
             "cache_read_input_tokens": F("cache_read_input_tokens") + usage.cache_read_input_tokens,
+            "cost_usd": F("cost_usd") + (priced.cost_usd or 0),
         }
+        if priced.basis != run.cost_basis and run.cost_basis != ESTIMATED:
+            # A run's cost is reported only while every call's is.
+            fields["cost_basis"] = REPORTED if priced.basis == REPORTED else ESTIMATED
         if compacted.tier > 1 and compacted.to_json() != run.compaction:
             fields["compaction"] = compacted.to_json()
             run_event_append(run_id=run.pk, type="compaction", payload=compacted.to_json())
@@ -458,6 +491,8 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
                     "cache_creation_input_tokens": usage.cache_creation_input_tokens,
                     "cache_read_input_tokens": usage.cache_read_input_tokens,
                 },
+                "cost_usd": None if priced.cost_usd is None else str(priced.cost_usd),
+                "cost_basis": priced.basis,
                 "latency_ms": latency,
                 "compaction_tier": compacted.tier,
             },

@@ -47,7 +47,9 @@ def _turn_from(response: Any, label: str) -> ModelTurn:
             output_tokens=usage.output_tokens or 0,
             cache_creation_input_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
             cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
-        ),
+        )
+        if usage is not None
+        else Usage(reported=False),
         model=response.model,
         label=label,
         request_id=getattr(response, "_request_id", None) or "",
@@ -177,7 +179,9 @@ class ReplayModel:
         turn = self.turns[self.position]
         self.position += 1
         content = tuple(turn.get("content") or ())
-        usage = turn.get("usage") or {}
+        usage = turn.get("usage")
+        reported = isinstance(usage, dict)
+        usage = usage if reported else {}
         return ModelTurn(
             stop_reason=turn.get("stop_reason", "end_turn"),
             text="".join(b.get("text", "") for b in content if b.get("type") == "text"),
@@ -195,7 +199,8 @@ class ReplayModel:
                         "cache_creation_input_tokens",
                         "cache_read_input_tokens",
                     )
-                }
+                },
+                reported=reported,
             ),
             model=self.model,
             label=self.label,

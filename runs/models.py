@@ -190,6 +190,12 @@ class Run(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     cache_creation_input_tokens = models.PositiveBigIntegerField(default=0)
     cache_read_input_tokens = models.PositiveBigIntegerField(default=0)
+    # The sum of its model calls' costs (SPEC O4); "estimated" when any call's tokens were
+    # counted here or had no price, "reported" when every call was priced from the
+    # provider's own usage report.
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=9, default=0)
+    cost_basis = models.CharField(max_length=16, blank=True)
+    failure_kind = models.CharField(max_length=32, blank=True)  # runs.core.failures
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -200,6 +206,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["status", "lease_expires_at"], name="run_sweep_idx"),
+            # The dashboards' recent windows (throughput, recent failures, reconciliation).
+            models.Index(fields=["finished_at"], name="run_finished_idx"),
         ]
         permissions = [
             ("decide_approval", "Can decide approval requests of runs"),
@@ -332,6 +340,13 @@ class ModelCall(models.Model):
     cache_creation_input_tokens = models.PositiveIntegerField(default=0)
     cache_read_input_tokens = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(default=0)
+    # Priced when recorded, with the price version then in force (SPEC O4); null when the
+    # price table has no price for the model.
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=9, null=True, blank=True)
+    cost_basis = models.CharField(max_length=16, blank=True)  # runs.core.cost
+    price = models.ForeignKey(
+        "ModelPrice", null=True, blank=True, on_delete=models.PROTECT, related_name="calls"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -485,3 +500,71 @@ class DocIndexEntry(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+class ModelPrice(models.Model):
+    """One version of a model's price (SPEC O4). A price is never rewritten: a change is a
+    new version from a moment on, so every recorded cost keeps the price it was made with."""
+
+    model = models.CharField(
+        max_length=100,
+        help_text="A model name, or its family prefix (claude-sonnet-4-6 also prices "
+        "claude-sonnet-4-6-20260115); the longest match wins.",
+    )
+    version = models.PositiveIntegerField(editable=False)
+    effective_from = models.DateTimeField(
+        help_text="Calls from this moment on use this price (until a newer version)."
+    )
+    input_per_mtok = models.DecimalField(
+        "input $/Mtok", max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    output_per_mtok = models.DecimalField(
+        "output $/Mtok", max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    cache_write_per_mtok = models.DecimalField(
+        "cache write $/Mtok", max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    cache_read_per_mtok = models.DecimalField(
+        "cache read $/Mtok", max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    note = models.CharField(max_length=300, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "version"], name="model_price_unique_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} v{self.version}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValueError("Prices are never rewritten; save a new version.")
+        super().save(*args, **kwargs)
+
+
+class DailyRollup(models.Model):
+    """One day's figures for one agent in one workspace (runs.core.rollup): the dashboards
+    and /metrics read these, a bounded number of rows whatever the history's size."""
+
+    day = models.DateField()
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    data = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["day", "agent", "workspace"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "agent", "workspace"], name="daily_rollup_one_cell"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.agent_id}/{self.workspace_id}"

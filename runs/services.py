@@ -14,7 +14,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from . import rollups
 from .core import status as run_status
+from .core.failures import failure_kind
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
 from .live import event_publish
 from .model_clients import model_key_set
@@ -344,11 +346,20 @@ def run_transition(
         fields = ["status", "updated_at"]
         if previous == run_status.CREATED:
             run.started_at, fields = now, [*fields, "started_at"]
-        if to in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
+        counted = run.finished_at is not None  # a completed run is in its day's rollup
+        if to in (run_status.COMPLETED, run_status.FAILED) or (
+            to == run_status.ROLLED_BACK and not counted
+        ):
+            # A rollback later keeps the moment the run finished: its day's figures move
+            # from completed to rolled back in that same day.
             run.finished_at, fields = now, [*fields, "finished_at"]
         if to == run_status.FAILED:
-            run.failure_reason, fields = failure_reason.strip(), [*fields, "failure_reason"]
+            run.failure_reason = failure_reason.strip()
+            run.failure_kind = failure_kind(run.failure_reason)
+            fields = [*fields, "failure_reason", "failure_kind"]
         run.save(update_fields=fields)
+        if to in rollups.FINISHED:
+            rollups.rollup_run_ended(run, previous if counted else "")
         payload = {"from": previous, "to": to, **(detail or {})}
         if failure_reason:
             payload["reason"] = failure_reason.strip()

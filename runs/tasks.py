@@ -45,6 +45,14 @@ def live_layer_trim() -> None:
 
 
 @shared_task(ignore_result=True)
+def rollups_reconcile_recent() -> None:
+    """Beat: yesterday's and today's rollups rebuilt from the raw rows (SPEC O6)."""
+    from .rollups import rollups_reconcile
+
+    rollups_reconcile()
+
+
+@shared_task(ignore_result=True)
 def run_session_end(run_id: str, outcome: str, reason: str) -> None:
     """session_end hooks of a run that ended outside a worker (services.session_end_dispatch)."""
     from .models import Run

@@ -194,6 +194,10 @@ def fresh_instruction_cache() -> None:
 
     instruction_cache.instructions_invalidate()
     instruction_cache._memo.clear()
+    # The same for the price table: a flushed database loses the prices the cache names.
+    from runs.pricing import prices_changed
+
+    prices_changed()
 
 
 @pytest.fixture
@@ -218,6 +222,7 @@ def seeded(django_db_blocker) -> None:
                 decision=rule.decision,
                 reason=rule.reason,
             )
+    prices_seed()
     for spec in BUILTIN_TOOLS.values():
         ToolDefinition.objects.get_or_create(
             name=spec.name,
@@ -233,6 +238,26 @@ def seeded(django_db_blocker) -> None:
                 "enabled": True,
             },
         )
+
+
+def prices_seed() -> None:
+    """The price table as the migration seeds it (a flush empties it)."""
+    import importlib
+
+    from runs.models import ModelPrice
+
+    seed = importlib.import_module("runs.migrations.0014_prices_and_backfill")
+    for model, input_, output, write, read in seed.PRICES:
+        if not ModelPrice.objects.filter(model=model).exists():
+            ModelPrice.objects.create(
+                model=model,
+                version=1,
+                effective_from=seed.SINCE,
+                input_per_mtok=input_,
+                output_per_mtok=output,
+                cache_write_per_mtok=write,
+                cache_read_per_mtok=read,
+            )
 
 
 SEEDED = [EVERYWHERE, pytest.mark.usefixtures("seeded")]

@@ -28,6 +28,9 @@ class Usage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    # False when the provider reported no usage and the counts are ours (a cost from them
+    # is marked estimated, SPEC O4).
+    reported: bool = True
 
     @property
     def total_input_tokens(self) -> int:

@@ -1,0 +1,317 @@
+"""The figures of the operations and retrospective dashboards (SPEC O5, O6), as plain data.
+
+The retrospective reads only rollup cells (one per day, agent and workspace), so its cost
+does not grow with the history; the operations view reads the runs that are live now
+(few, by the status index) and the last day's finished runs (by the finished_at index).
+Views turn these into tables and Plotly charts; tests compare them with the raw rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from .core import rollup
+from .core import status as run_status
+from .core.failures import LABELS as FAILURE_LABELS
+from .models import Agent, DailyRollup, Run, Workspace
+from .rollups import day_of
+
+WINDOWS = (7, 30)
+OUTCOMES = (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK)
+WORKING = (run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
+RECENT_FAILURES = 10
+
+
+# --- retrospective -----------------------------------------------------------------------
+@dataclass
+class Retro:
+    days: list[date]
+    runs: dict[str, list[int]]  # outcome → per day
+    success_rate: list[float | None]  # completed / finished, per day
+    failures: list[tuple[str, str, int]]  # (kind, label, count), most first (Pareto)
+    cost: dict[tuple[str, str], list[Decimal]]  # (agent slug, model) → dollars per day
+    tokens: dict[tuple[str, str], list[int]]  # (agent slug, model) → tokens per day
+    tools: list[dict[str, Any]]  # tool, calls, errors, refused, error_rate; worst first
+    approval_p50: list[int | None]  # ms per day
+    approval_p95: list[int | None]
+    duration_p50: list[int | None]
+    duration_p95: list[int | None]
+    verified: list[int]
+    escaped: list[int]
+    totals: dict[str, Any] = field(default_factory=dict)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    agents: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def escape_rate(self) -> list[float | None]:
+        return [e / v if v else None for v, e in zip(self.verified, self.escaped, strict=True)]
+
+
+def window(days: int, today: date | None = None) -> list[date]:
+    last = today or day_of(timezone.now())
+    return [last - timedelta(days=n) for n in range(days - 1, -1, -1)]
+
+
+def retro_figures(
+    *,
+    days: int,
+    agent_id: int | None = None,
+    workspace_id: int | None = None,
+    today: date | None = None,
+) -> Retro:
+    """The retrospective over the last ``days`` UTC days (today included)."""
+    span = window(days, today)
+    cells = DailyRollup.objects.filter(day__gte=span[0], day__lte=span[-1])
+    if agent_id is not None:
+        cells = cells.filter(agent_id=agent_id)
+    if workspace_id is not None:
+        cells = cells.filter(workspace_id=workspace_id)
+    by_day: dict[date, list[dict[str, Any]]] = defaultdict(list)
+    by_agent_day: dict[tuple[int, date], list[dict[str, Any]]] = defaultdict(list)
+    for day, agent, data in cells.values_list("day", "agent_id", "data"):
+        by_day[day].append(data)
+        by_agent_day[(agent, day)].append(data)
+    daily = [rollup.total(by_day.get(day, ())) for day in span]
+    whole = rollup.total(daily)
+    slugs = dict(Agent.objects.values_list("pk", "slug"))
+
+    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
+    finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
+    success = [runs["completed"][i] / n if n else None for i, n in enumerate(finished)]
+    failures = sorted(
+        (
+            (kind, FAILURE_LABELS.get(kind, kind), n)
+            for kind, n in whole.get("failures", {}).items()
+        ),
+        key=lambda f: (-f[2], f[0]),
+    )
+    cost: dict[tuple[str, str], list[Decimal]] = {}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    for (agent, day), datas in by_agent_day.items():
+        index = span.index(day)
+        for model, figures in rollup.total(datas).get("models", {}).items():
+            key = (slugs.get(agent, str(agent)), model)
+            cost.setdefault(key, [Decimal(0)] * len(span))[index] += Decimal(
+                figures.get("cost", "0")
+            )
+            tokens.setdefault(key, [0] * len(span))[index] += sum(
+                figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
+            )
+    tools = []
+    for name, figures in whole.get("tools", {}).items():
+        ran = figures.get("calls", 0) - figures.get("refused", 0)
+        errors = figures.get("errors", 0)
+        tools.append(
+            {
+                "tool": name,
+                "calls": figures.get("calls", 0),
+                "errors": errors,
+                "refused": figures.get("refused", 0),
+                "error_rate": errors / ran if ran else None,
+            }
+        )
+    tools.sort(key=lambda t: (-(t["error_rate"] or 0), t["tool"]))
+
+    def pct(data: dict[str, Any], path: tuple[str, ...], p: float) -> int | None:
+        for key in path:
+            data = data.get(key, {})
+        return rollup.percentile(data, p)
+
+    approval = ("approvals", "latency")
+    models_total = whole.get("models", {})
+    totals = {
+        "finished": sum(finished),
+        "completed": sum(runs["completed"]),
+        "failed": sum(runs["failed"]),
+        "rolled_back": sum(runs["rolled_back"]),
+        "success_rate": sum(runs["completed"]) / sum(finished) if sum(finished) else None,
+        "cost": Decimal(whole.get("cost", "0")),
+        "tokens": sum(
+            m.get(k, 0)
+            for m in models_total.values()
+            for k in ("input", "output", "cache_write", "cache_read")
+        ),
+        "model_calls": sum(m.get("calls", 0) for m in models_total.values()),
+        "estimated_calls": sum(m.get("estimated", 0) for m in models_total.values()),
+        "unpriced_calls": sum(m.get("unpriced", 0) for m in models_total.values()),
+        "approvals": whole.get("approvals", {}).get("requested", 0),
+        "approval_p50": pct(whole, approval, 50),
+        "approval_p95": pct(whole, approval, 95),
+        "duration_p50": pct(whole, ("duration",), 50),
+        "duration_p95": pct(whole, ("duration",), 95),
+        "verified": whole.get("verified", 0),
+        "escaped": whole.get("escaped", 0),
+    }
+    return Retro(
+        days=span,
+        runs=runs,
+        success_rate=success,
+        failures=failures,
+        cost=dict(sorted(cost.items())),
+        tokens=dict(sorted(tokens.items())),
+        tools=tools,
+        approval_p50=[pct(d, approval, 50) for d in daily],
+        approval_p95=[pct(d, approval, 95) for d in daily],
+        duration_p50=[pct(d, ("duration",), 50) for d in daily],
+        duration_p95=[pct(d, ("duration",), 95) for d in daily],
+        verified=[d.get("verified", 0) for d in daily],
+        escaped=[d.get("escaped", 0) for d in daily],
+        totals=totals,
+        changes=changes_between(span[0], span[-1], agent_id=agent_id),
+        agents=slugs,
+    )
+
+
+def changes_between(first: date, last: date, *, agent_id: int | None = None) -> list[dict]:
+    """Policy and instruction changes in the window, to mark on the time axis: when the
+    figures move, these are the first suspects."""
+    from policies.models import InstructionVersion, PolicyChange
+
+    start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
+    end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    policies = PolicyChange.objects.filter(created_at__gte=start, created_at__lt=end)
+    instructions = InstructionVersion.objects.filter(created_at__gte=start, created_at__lt=end)
+    if agent_id is not None:
+        agent = Agent.objects.filter(pk=agent_id).values("policy_id", "policy__name").first()
+        instructions = instructions.filter(agent_id=agent_id)
+        if agent and agent["policy_id"]:
+            policies = policies.filter(policy_id=agent["policy_id"])
+        else:
+            from policies.core.default_policy import DEFAULT_POLICY_NAME
+
+            policies = policies.filter(policy__name=DEFAULT_POLICY_NAME)
+    marks = [
+        {"at": c.created_at, "kind": "policy", "label": f"policy {c.policy.name} v{c.version}"}
+        for c in policies.select_related("policy")[:200]
+    ] + [
+        {
+            "at": v.created_at,
+            "kind": "instructions",
+            "label": f"{v.agent.slug} instructions v{v.version}",
+        }
+        for v in instructions.select_related("agent")[:200]
+    ]
+    return sorted(marks, key=lambda m: m["at"])
+
+
+# --- operations --------------------------------------------------------------------------
+@dataclass
+class Ops:
+    now: datetime
+    live: dict[str, int]  # active status → runs now
+    finished_24h: dict[str, int]  # outcome → runs that ended in the last 24 hours
+    waiting_for_approval: int
+    pending_approvals: int
+    oldest_wait: dict[str, Any] | None  # run_id, approval_id, since, seconds
+    last_hour: dict[str, Any]  # started, finished, completed, failed, error_rate
+    recent_failures: list[dict[str, Any]]
+    stuck: list[dict[str, Any]]
+    stuck_after: int  # seconds
+
+
+def runs_by_active_status() -> dict[str, int]:
+    """Runs in each live state now, zeros included (few rows, by the status index)."""
+    live = dict.fromkeys(sorted(run_status.ACTIVE, key=run_status.STATUSES.index), 0)
+    for status, n in (
+        Run.objects.filter(status__in=run_status.ACTIVE)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    ):
+        live[status] = n
+    return live
+
+
+def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) -> Ops:
+    from approvals.models import ApprovalRequest
+
+    now = now or timezone.now()
+    stuck_after = stuck_after or settings.HARNESS_STUCK_AFTER_SECONDS
+    live = runs_by_active_status()
+    day_ago, hour_ago = now - timedelta(days=1), now - timedelta(hours=1)
+    finished = dict.fromkeys(OUTCOMES, 0)
+    hour = dict.fromkeys(OUTCOMES, 0)
+    rows = (
+        Run.objects.filter(finished_at__gte=day_ago, finished_at__lte=now)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"), last_hour=Count("pk", filter=Q(finished_at__gte=hour_ago)))
+    )
+    for status, n, in_hour in rows:
+        finished[status] = finished.get(status, 0) + n
+        hour[status] = hour.get(status, 0) + in_hour
+    ended = sum(hour.values())
+    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+    oldest = pending.order_by("requested_at").values("id", "run_id", "requested_at").first()
+    failures = [
+        {
+            "run_id": r["id"],
+            "agent": r["agent__slug"],
+            "kind": r["failure_kind"],
+            "label": FAILURE_LABELS.get(r["failure_kind"], r["failure_kind"] or "Other"),
+            "reason": r["failure_reason"],
+            "finished_at": r["finished_at"],
+        }
+        for r in Run.objects.filter(status=run_status.FAILED, finished_at__isnull=False)
+        .order_by("-finished_at")
+        .values("id", "agent__slug", "failure_kind", "failure_reason", "finished_at")[
+            :RECENT_FAILURES
+        ]
+    ]
+    cutoff = now - timedelta(seconds=stuck_after)
+    stuck = [
+        {
+            "run_id": r["id"],
+            "agent": r["agent__slug"],
+            "status": r["status"],
+            "last_event_at": r["last"] or r["created_at"],
+            "seconds": int((now - (r["last"] or r["created_at"])).total_seconds()),
+        }
+        for r in Run.objects.filter(status__in=WORKING)
+        .annotate(last=Max("events__created_at"))
+        .filter(Q(last__lt=cutoff) | Q(last__isnull=True, created_at__lt=cutoff))
+        .order_by("last", "created_at")
+        .values("id", "agent__slug", "status", "last", "created_at")[:50]
+    ]
+    return Ops(
+        now=now,
+        live=live,
+        finished_24h=finished,
+        waiting_for_approval=live.get(run_status.WAITING_FOR_APPROVAL, 0),
+        pending_approvals=pending.count(),
+        oldest_wait=(
+            None
+            if oldest is None
+            else {
+                "approval_id": oldest["id"],
+                "run_id": oldest["run_id"],
+                "since": oldest["requested_at"],
+                "seconds": int((now - oldest["requested_at"]).total_seconds()),
+            }
+        ),
+        last_hour={
+            "started": Run.objects.filter(created_at__gte=hour_ago, created_at__lte=now).count(),
+            "finished": ended,
+            **hour,
+            "error_rate": hour[run_status.FAILED] / ended if ended else None,
+        },
+        recent_failures=failures,
+        stuck=stuck,
+        stuck_after=stuck_after,
+    )
+
+
+def filter_choices() -> dict[str, Any]:
+    """Agents and workspaces for the retrospective's filters."""
+    return {
+        "agents": list(Agent.objects.order_by("slug").values("pk", "slug", "name")),
+        "workspaces": list(Workspace.objects.order_by("slug").values("pk", "slug", "name")),
+    }

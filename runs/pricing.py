@@ -1,0 +1,79 @@
+"""The price table (SPEC O4): which price a model call pays, and what the call cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from .core import cost as core
+from .models import ModelPrice
+
+CACHE_KEY = "harness:prices:v1"
+CACHE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class CallCost:
+    cost_usd: Decimal | None
+    basis: str  # runs.core.cost: reported, estimated or unpriced
+    price_id: int | None
+
+
+def prices() -> list[core.Price]:
+    """Every price version, cached briefly: a worker prices every model call, and a new
+    version in the admin clears the cache (``prices_changed``)."""
+    found = cache.get(CACHE_KEY)
+    if found is None:
+        found = [
+            core.Price(
+                id=row.pk,
+                model=row.model,
+                effective_from=row.effective_from,
+                input=row.input_per_mtok,
+                output=row.output_per_mtok,
+                cache_write=row.cache_write_per_mtok,
+                cache_read=row.cache_read_per_mtok,
+            )
+            for row in ModelPrice.objects.all()
+        ]
+        cache.set(CACHE_KEY, found, CACHE_SECONDS)
+    return found
+
+
+def prices_changed() -> None:
+    cache.delete(CACHE_KEY)
+
+
+def call_cost(*, model: str, tokens: core.Tokens, reported: bool, at: datetime) -> CallCost:
+    """What a call cost at ``at``; ``reported`` says whether the provider reported the
+    token use (a cost from tokens counted here is an estimate)."""
+    price = core.price_in_force(prices(), model, at)
+    if price is None:
+        return CallCost(None, core.UNPRICED, None)
+    basis = core.REPORTED if reported else core.ESTIMATED
+    return CallCost(core.cost_of(tokens, price), basis, price.id)
+
+
+def price_version_create(*, source: ModelPrice, user: object | None = None) -> ModelPrice:
+    """Save ``source`` (unsaved) as the next version of its model's price."""
+    source.pk = None
+    if user is not None and getattr(user, "is_authenticated", False):
+        source.created_by = user
+    for _attempt in range(3):  # two admins saving the same model at once: the next number
+        latest = ModelPrice.objects.filter(model=source.model).aggregate(v=Max("version"))["v"]
+        source.version = (latest or 0) + 1
+        try:
+            with transaction.atomic():
+                source.save()
+        except IntegrityError:
+            source.pk = None
+            continue
+        prices_changed()  # for this transaction's own next calls
+        transaction.on_commit(prices_changed)  # and for everyone once it is visible
+        return source
+    raise IntegrityError(f"Could not number a new price version for {source.model}.")

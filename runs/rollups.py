@@ -1,0 +1,257 @@
+"""Daily rollups kept current as runs finish, and reconciled from the raw rows (SPEC O6).
+
+A run adds its figures (runs.core.rollup.contribution) to its day's cell in the same
+transaction that ends it, under the cell's row lock, so the dashboards are current and a
+run counts exactly once. Reconciliation rebuilds days from the raw rows with the same
+function: it repairs whatever changed after a run ended (an approval cancelled later, a row
+fixed by hand) and builds the cells of a history that predates them.
+
+The row readers take the model classes as arguments so that a data migration can run
+them against its historical models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from .core import rollup
+from .core import status as run_status
+
+logger = logging.getLogger(__name__)
+
+FINISHED = (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK)
+RUN_FIELDS = (
+    "id",
+    "agent_id",
+    "workspace_id",
+    "status",
+    "failure_kind",
+    "created_at",
+    "finished_at",
+    "verification",
+)
+CALL_FIELDS = (
+    "run_id",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "cost_usd",
+    "cost_basis",
+    "latency_ms",
+)
+TOOL_FIELDS = ("run_id", "tool", "decision", "status")
+APPROVAL_FIELDS = ("run_id", "status", "requested_at", "decided_at")
+
+
+def day_of(moment: datetime) -> date:
+    """Rollups count in UTC days, whatever the viewer's zone."""
+    return moment.astimezone(UTC).date()
+
+
+def day_bounds(day: date) -> tuple[datetime, datetime]:
+    start = datetime.combine(day, time.min, tzinfo=UTC)
+    return start, start + timedelta(days=1)
+
+
+def _facts(run: dict[str, Any], status: str | None = None) -> rollup.RunFacts:
+    verification = run["verification"] or {}
+    return rollup.RunFacts(
+        status=status or run["status"],
+        failure_kind=run["failure_kind"],
+        created_at=run["created_at"],
+        finished_at=run["finished_at"],
+        verification=verification.get("result", "") if isinstance(verification, dict) else "",
+    )
+
+
+def _calls(rows: Iterable[dict[str, Any]]) -> list[rollup.CallFacts]:
+    return [
+        rollup.CallFacts(
+            model=row["model"],
+            input=row["input_tokens"],
+            output=row["output_tokens"],
+            cache_write=row["cache_creation_input_tokens"],
+            cache_read=row["cache_read_input_tokens"],
+            cost=row["cost_usd"],
+            basis=row["cost_basis"],
+            latency_ms=row["latency_ms"],
+        )
+        for row in rows
+    ]
+
+
+def _tools(rows: Iterable[dict[str, Any]]) -> list[rollup.ToolFacts]:
+    return [rollup.ToolFacts(row["tool"], row["decision"], row["status"]) for row in rows]
+
+
+def _approvals(rows: Iterable[dict[str, Any]]) -> list[rollup.ApprovalFacts]:
+    return [
+        rollup.ApprovalFacts(row["status"], row["requested_at"], row["decided_at"]) for row in rows
+    ]
+
+
+def run_contribution(run_id: Any, *, status: str | None = None) -> dict[str, Any]:
+    """What a finished run adds to its cell (as ``status`` when given)."""
+    from approvals.models import ApprovalRequest
+
+    from .models import ModelCall, Run, ToolCall
+
+    run = Run.objects.filter(pk=run_id).values(*RUN_FIELDS).get()
+    return rollup.contribution(
+        _facts(run, status),
+        _calls(ModelCall.objects.filter(run_id=run_id).values(*CALL_FIELDS)),
+        _tools(ToolCall.objects.filter(run_id=run_id).values(*TOOL_FIELDS)),
+        _approvals(ApprovalRequest.objects.filter(run_id=run_id).values(*APPROVAL_FIELDS)),
+    )
+
+
+def _cell_locked(rollup_model: Any, day: date, agent_id: Any, workspace_id: Any) -> Any:
+    """The cell's row, created if missing, locked until the caller's transaction ends."""
+    rollup_model.objects.bulk_create(
+        [rollup_model(day=day, agent_id=agent_id, workspace_id=workspace_id, data={})],
+        ignore_conflicts=True,
+    )
+    return rollup_model.objects.select_for_update().get(
+        day=day, agent_id=agent_id, workspace_id=workspace_id
+    )
+
+
+def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
+    from .models import DailyRollup
+
+    cell = _cell_locked(DailyRollup, day_of(run.finished_at), run.agent_id, run.workspace_id)
+    cell.data = rollup.merge(cell.data, change, sign)
+    cell.save(update_fields=["data", "updated_at"])
+
+
+def rollup_run_ended(run: Any, previous: str) -> None:
+    """Inside the transaction that ends ``run`` (its row locked): count it in its day.
+
+    A completed run that is rolled back later moves from completed to rolled back in the
+    day it finished (and, when it had passed verification, counts as an escape)."""
+    if run.status == run_status.ROLLED_BACK and previous == run_status.COMPLETED:
+        _cell_apply(run, run_contribution(run.pk, status=run_status.COMPLETED), -1)
+    _cell_apply(run, run_contribution(run.pk))
+
+
+# --- reconciliation --------------------------------------------------------------------------
+def cells_from_raw(
+    day: date, *, run_model: Any, call_model: Any, tool_model: Any, approval_model: Any
+) -> dict[tuple[Any, Any], dict[str, Any]]:
+    """Every cell of ``day`` computed from the raw rows: {(agent_id, workspace_id): data}."""
+    start, end = day_bounds(day)
+    runs = run_model.objects.filter(
+        finished_at__gte=start, finished_at__lt=end, status__in=FINISHED
+    ).order_by()
+    of_day = {"run__finished_at__gte": start, "run__finished_at__lt": end}
+    of_day["run__status__in"] = FINISHED
+    children: dict[str, dict[Any, list[dict[str, Any]]]] = {}
+    for name, model, fields in (
+        ("calls", call_model, CALL_FIELDS),
+        ("tools", tool_model, TOOL_FIELDS),
+        ("approvals", approval_model, APPROVAL_FIELDS),
+    ):
+        grouped: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for row in model.objects.filter(**of_day).order_by().values(*fields).iterator(5000):
+            grouped[row["run_id"]].append(row)
+        children[name] = grouped
+    cells: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for run in runs.values(*RUN_FIELDS).iterator(5000):
+        key = (run["agent_id"], run["workspace_id"])
+        part = rollup.contribution(
+            _facts(run),
+            _calls(children["calls"].get(run["id"], ())),
+            _tools(children["tools"].get(run["id"], ())),
+            _approvals(children["approvals"].get(run["id"], ())),
+        )
+        cells[key] = rollup.merge(cells.get(key, {}), part)
+    return cells
+
+
+def reconcile_day(
+    day: date,
+    *,
+    run_model: Any,
+    call_model: Any,
+    tool_model: Any,
+    approval_model: Any,
+    rollup_model: Any,
+) -> int:
+    """Make ``day``'s cells equal the raw rows; returns how many cells were wrong.
+
+    The day's cells are locked before the raw rows are read: a run ending meanwhile waits
+    for the lock and then adds itself to the rebuilt cell, so it is neither lost nor
+    counted twice."""
+    models = {
+        "run_model": run_model,
+        "call_model": call_model,
+        "tool_model": tool_model,
+        "approval_model": approval_model,
+    }
+    with transaction.atomic():
+        existing = {
+            (cell.agent_id, cell.workspace_id): cell
+            for cell in rollup_model.objects.select_for_update().filter(day=day)
+        }
+        truth = cells_from_raw(day, **models)
+        fixed = 0
+        for key, data in truth.items():
+            cell = existing.pop(key, None)
+            if cell is None:
+                cell = _cell_locked(rollup_model, day, *key)
+            if not rollup.same(cell.data, data):
+                fixed += 1
+                cell.data = data
+                cell.save(update_fields=["data", "updated_at"])
+        for cell in existing.values():
+            if cell.data:
+                fixed += 1
+            cell.delete()
+    return fixed
+
+
+def rollups_reconcile(days: Iterable[date] | None = None) -> int:
+    """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
+    from approvals.models import ApprovalRequest
+
+    from .models import DailyRollup, ModelCall, Run, ToolCall
+
+    if days is None:
+        today = day_of(timezone.now())
+        days = (today - timedelta(days=1), today)
+    fixed = 0
+    for day in days:
+        fixed += reconcile_day(
+            day,
+            run_model=Run,
+            call_model=ModelCall,
+            tool_model=ToolCall,
+            approval_model=ApprovalRequest,
+            rollup_model=DailyRollup,
+        )
+    if fixed:
+        logger.info("Reconciliation rewrote %d rollup cells from the raw rows.", fixed)
+    return fixed
+
+
+def history_days(run_model: Any) -> list[date]:
+    """Every day on which some run finished, for a full rebuild."""
+    first = (
+        run_model.objects.filter(status__in=FINISHED, finished_at__isnull=False)
+        .order_by("finished_at")
+        .values_list("finished_at", flat=True)
+        .first()
+    )
+    if first is None:
+        return []
+    start, today = day_of(first), day_of(timezone.now())
+    return [start + timedelta(days=n) for n in range((today - start).days + 1)]

@@ -1,0 +1,371 @@
+"""Daily rollups and the retrospective's figures against the raw rows (SPEC O6).
+
+The dashboard's figures must equal aggregates computed here, independently, from the runs,
+model calls, tool calls and approvals of random generated histories; the rollups kept
+current as runs finish must equal a rebuild from the raw rows; reconciliation repairs
+cells that went wrong. Percentiles are nearest-rank over values rounded to two
+significant figures (runs.core.rollup), which commutes with taking the percentile."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from datetime import UTC, timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import CommandError, call_command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_decide
+from runs import flow
+from runs.core import rollup
+from runs.core.failures import KINDS, OTHER, failure_kind
+from runs.dashboards import retro_figures, window
+from runs.history import FAILURES, history_generate
+from runs.models import Agent, DailyRollup, ModelCall, Run, ToolCall, Workspace
+from runs.rollups import cells_from_raw, day_of, rollups_reconcile
+from runs.services import run_rollback
+from tests.conftest import SEEDED, prices_seed
+
+BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
+
+
+# --- pure parts ----------------------------------------------------------------------------
+@given(st.lists(st.integers(min_value=0, max_value=10**9), min_size=1, max_size=200))
+def test_a_percentile_of_the_histogram_is_the_rounded_raw_percentile(values):
+    histogram: dict[str, int] = {}
+    for value in values:
+        key = str(rollup.sig2(value))
+        histogram[key] = histogram.get(key, 0) + 1
+    for p in (50, 95, 99, 100):
+        raw = sorted(values)[max(1, math.ceil(p / 100 * len(values))) - 1]
+        assert rollup.percentile(histogram, p) == rollup.sig2(raw)
+
+
+@given(st.integers(min_value=0, max_value=10**12))
+def test_rounding_keeps_two_significant_figures_within_five_percent(value):
+    rounded = rollup.sig2(value)
+    assert abs(rounded - value) <= max(0.5, value * 0.05)
+    assert len(str(rounded).rstrip("0")) <= 2 or rounded < 100
+
+
+def test_every_failure_the_flow_writes_has_a_kind():
+    samples = {
+        "cancelled by otto": "cancelled",
+        "rejected by april-approver: Wrong link target": "rejected",
+        "approval expired: nobody decided": "approval_expired",
+        "model call failed: 529 overloaded": "model_error",
+        "ANTHROPIC_API_KEY is not set; the offline replay model needs none.": "model_error",
+        "max_turns (3) reached": "max_turns",
+        "the model's answer was cut at max_tokens": "model_stopped",
+        "the model stopped: refusal": "model_stopped",
+        "tool call toolu_1 failed for good": "tool_failed",
+        "verification failed: docs/a.md: broken link": "verification",
+        "intake refused the request: no file": "intake",
+        "halted by the secret-scan hook: key": "hook",
+        "committing docs/a.md is refused by policy: no": "commit_refused",
+        "committing docs/a.md failed: changed": "commit_failed",
+        "abandoned after 5 claims: its workers keep stopping": "abandoned",
+        "internal error in the harness: KeyError": "internal",
+        "something new": OTHER,
+    }
+    assert {reason: failure_kind(reason) for reason in samples} == samples
+    assert {kind for kind, _label, _pattern in KINDS} <= set(samples.values())
+    assert OTHER not in {failure_kind(reason) for reason, _ in FAILURES}
+
+
+def test_merging_a_contribution_and_taking_it_back_leaves_nothing():
+    day = rollup.RunFacts("completed", "", *(_at(0), _at(90)), "pass")
+    part = rollup.contribution(
+        day,
+        [rollup.CallFacts("m", 10, 2, 3, 4, Decimal("0.000123"), "reported", 900)],
+        [rollup.ToolFacts("readSource", "allow", "ok"), rollup.ToolFacts("x", "deny", "refused")],
+        [rollup.ApprovalFacts("approved", _at(10), _at(40))],
+    )
+    assert part["approvals"]["latency"] == {"30000": 1}
+    assert rollup.merge(rollup.merge({}, part), part, -1) == {}
+    assert rollup.same(rollup.merge(part, part), rollup.total([part, part]))
+
+
+def _at(seconds: int):
+    from datetime import datetime
+
+    return datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=seconds)
+
+
+# --- against the raw rows ------------------------------------------------------------------
+def raw_figures(days: int, agent_id=None, workspace_id=None):
+    """The retrospective's figures straight from the raw rows, without the rollups."""
+    span = window(days)
+    index = {day: n for n, day in enumerate(span)}
+    runs = Run.objects.filter(status__in=("completed", "failed", "rolled_back"))
+    if agent_id:
+        runs = runs.filter(agent_id=agent_id)
+    if workspace_id:
+        runs = runs.filter(workspace_id=workspace_id)
+    by_run = {}
+    for run in runs.select_related("agent"):
+        day = run.finished_at.astimezone(UTC).date()
+        if day in index:
+            by_run[run.pk] = (run, index[day])
+    outcome = {o: [0] * days for o in ("completed", "failed", "rolled_back")}
+    kinds: Counter[str] = Counter()
+    durations = defaultdict(list)
+    verified, escaped = [0] * days, [0] * days
+    for run, i in by_run.values():
+        outcome[run.status][i] += 1
+        if run.status == "failed":
+            kinds[run.failure_kind] += 1
+        millis = round((run.finished_at - run.created_at).total_seconds() * 1000)
+        durations[i].append(millis)
+        if (run.verification or {}).get("result") == "pass":
+            verified[i] += 1
+            escaped[i] += run.status == "rolled_back"
+    cost = defaultdict(lambda: [Decimal(0)] * days)
+    tokens = defaultdict(lambda: [0] * days)
+    for call in ModelCall.objects.filter(run_id__in=by_run):
+        run, i = by_run[call.run_id]
+        cost[(run.agent.slug, call.model)][i] += call.cost_usd or 0
+        tokens[(run.agent.slug, call.model)][i] += (
+            call.input_tokens
+            + call.output_tokens
+            + call.cache_creation_input_tokens
+            + call.cache_read_input_tokens
+        )
+    tools = defaultdict(Counter)
+    for call in ToolCall.objects.filter(run_id__in=by_run):
+        tools[call.tool]["calls"] += 1
+        tools[call.tool]["errors"] += call.status in ("error", "timeout")
+        tools[call.tool]["refused"] += call.status == "refused"
+    waits = defaultdict(list)
+    for approval in ApprovalRequest.objects.filter(
+        run_id__in=by_run, status__in=("approved", "rejected")
+    ):
+        i = by_run[approval.run_id][1]
+        waits[i].append(round((approval.decided_at - approval.requested_at).total_seconds() * 1000))
+
+    def pct(values, p):
+        return None if not values else rollup.sig2(rollup.nearest_rank(values, p))
+
+    every_wait = [w for ws in waits.values() for w in ws]
+    every_duration = [d for ds in durations.values() for d in ds]
+    return {
+        "runs": outcome,
+        "failures": dict(kinds),
+        "cost": {k: v for k, v in cost.items() if any(v)},
+        "tokens": dict(tokens),
+        "tools": {t: dict(c) for t, c in tools.items()},
+        "approval_p50": [pct(waits[i], 50) for i in range(days)],
+        "approval_p95": [pct(waits[i], 95) for i in range(days)],
+        "duration_p50": [pct(durations[i], 50) for i in range(days)],
+        "duration_p95": [pct(durations[i], 95) for i in range(days)],
+        "overall": (pct(every_wait, 50), pct(every_wait, 95), pct(every_duration, 95)),
+        "verified": verified,
+        "escaped": escaped,
+    }
+
+
+def assert_figures_match(days: int, agent_id=None, workspace_id=None) -> None:
+    got = retro_figures(days=days, agent_id=agent_id, workspace_id=workspace_id)
+    want = raw_figures(days, agent_id, workspace_id)
+    assert got.runs == want["runs"]
+    assert {kind: n for kind, _label, n in got.failures} == want["failures"]
+    assert [n for _k, _l, n in got.failures] == sorted(want["failures"].values(), reverse=True)
+    assert {k: v for k, v in got.cost.items() if any(v)} == want["cost"]
+    assert got.tokens == want["tokens"]
+    assert {
+        t["tool"]: {k: t[k] for k in ("calls", "errors", "refused") if t[k]} for t in got.tools
+    } == {t: {k: n for k, n in c.items() if n} for t, c in want["tools"].items()}
+    assert got.approval_p50 == want["approval_p50"]
+    assert got.approval_p95 == want["approval_p95"]
+    assert got.duration_p50 == want["duration_p50"]
+    assert got.duration_p95 == want["duration_p95"]
+    assert (
+        got.totals["approval_p50"],
+        got.totals["approval_p95"],
+        got.totals["duration_p95"],
+    ) == want["overall"]
+    assert got.verified == want["verified"] and got.escaped == want["escaped"]
+    finished = [sum(want["runs"][o][i] for o in want["runs"]) for i in range(days)]
+    assert got.success_rate == [
+        want["runs"]["completed"][i] / n if n else None for i, n in enumerate(finished)
+    ]
+
+
+def _clear_history() -> None:
+    ApprovalRequest.objects.all().delete()
+    ToolCall.objects.all().delete()
+    ModelCall.objects.all().delete()
+    Run.objects.all().delete()
+    DailyRollup.objects.all().delete()
+
+
+@pytest.fixture
+def places(db, personas, tmp_path):
+    prices_seed()
+    agents = [
+        Agent.objects.create(slug=f"agent-{n}", name=f"Agent {n}", identity="x", model=model)
+        for n, model in enumerate(("claude-sonnet-4-6", "claude-haiku-4-5", "gpt-unpriced"))
+    ]
+    spaces = []
+    for n in range(2):
+        (tmp_path / f"w{n}").mkdir()
+        spaces.append(
+            Workspace.objects.create(slug=f"w-{n}", name=f"W {n}", root=tmp_path / f"w{n}")
+        )
+    return agents, spaces
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(min_value=0, max_value=10**6),
+    # Enough runs per day that a wrong percentile or a day off shows.
+    runs=st.integers(min_value=0, max_value=400),
+    days=st.integers(min_value=1, max_value=12),
+    view=st.sampled_from([7, 30]),
+    narrow=st.tuples(st.integers(-1, 2), st.integers(-1, 1)),
+)
+def test_the_retrospective_equals_the_raw_rows_of_random_histories(
+    places, personas, seed, runs, days, view, narrow
+):
+    _clear_history()
+    agents, spaces = places
+    if runs:
+        history_generate(
+            runs=runs,
+            days=days,
+            seed=seed,
+            requester=personas.operator,
+            approvers=[personas.approver],
+        )
+    agent_id = agents[narrow[0]].pk if narrow[0] >= 0 else None
+    workspace_id = spaces[narrow[1]].pk if narrow[1] >= 0 else None
+    assert_figures_match(view, agent_id, workspace_id)
+
+
+def test_reconciliation_repairs_cells_that_went_wrong(places, personas):
+    history_generate(runs=200, days=10, seed=7, requester=personas.operator)
+    before = DailyRollup.objects.count()
+    assert before > 0
+    damaged = list(DailyRollup.objects.order_by("pk")[:3])
+    damaged[0].delete()
+    damaged[1].data = {}
+    damaged[1].save()
+    damaged[2].data = rollup.merge(damaged[2].data, {"runs": {"completed": 5}, "cost": "1.5"})
+    damaged[2].save()
+    stray = DailyRollup.objects.create(
+        day=window(1)[0] - timedelta(days=20),
+        agent=places[0][0],
+        workspace=places[1][0],
+        data={"runs": {"failed": 1}},
+    )
+    days = sorted({d.day for d in damaged} | {stray.day})
+    assert rollups_reconcile(days) == 4
+    assert not DailyRollup.objects.filter(pk=stray.pk).exists()
+    assert DailyRollup.objects.count() == before
+    assert rollups_reconcile(days) == 0  # idempotent
+    assert_figures_match(30)
+
+
+# --- as runs really finish -----------------------------------------------------------------
+@pytest.fixture
+def docs(workspace):
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
+    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
+
+
+def _drive(run):
+    flow.run_execute(run_id=run.pk, worker="test-worker")
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.usefixtures(*SEEDED[1].args)
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(personas, run, docs):
+    from runs.services import run_create
+
+    other = run_create(
+        agent=run.agent,
+        workspace=run.workspace,
+        requester=personas.operator,
+        request=run.request,
+        dispatch=False,
+    )
+    run, other = _drive(run), _drive(other)
+    approval_decide(
+        approval=ApprovalRequest.objects.get(run=other),
+        user=personas.approver,
+        decision="reject",
+        comment="Not this link",
+    )
+    other.refresh_from_db()
+    assert other.status == "failed" and other.failure_kind == "rejected"
+    approval_decide(
+        approval=ApprovalRequest.objects.get(run=run), user=personas.approver, decision="approve"
+    )
+    run = _drive(run)
+    assert run.status == "completed"
+
+    cell = DailyRollup.objects.get(day=day_of(run.finished_at))
+    assert cell.data["runs"] == {"completed": 1, "failed": 1}
+    assert cell.data["failures"] == {"rejected": 1}
+    assert Decimal(cell.data["cost"]) == run.cost_usd + other.cost_usd
+    assert cell.data["approvals"]["approved"] == cell.data["approvals"]["rejected"] == 1
+    finished_at = run.finished_at
+
+    run_rollback(run=run, user=personas.approver)
+    run.refresh_from_db()
+    assert run.status == "rolled_back" and run.finished_at == finished_at  # stays in its day
+    cell.refresh_from_db()
+    assert cell.data["runs"] == {"rolled_back": 1, "failed": 1}
+    assert cell.data["verified"] == 2 and cell.data["escaped"] == 1  # both passed verification
+    # What the runs added as they finished is what a rebuild from the raw rows gives.
+    truth = cells_from_raw(
+        cell.day,
+        run_model=Run,
+        call_model=ModelCall,
+        tool_model=ToolCall,
+        approval_model=ApprovalRequest,
+    )
+    assert rollup.same(truth[(cell.agent_id, cell.workspace_id)], cell.data)
+    assert rollups_reconcile([cell.day]) == 0
+    assert_figures_match(7)
+
+
+# --- generate_history ----------------------------------------------------------------------
+def test_generate_history_makes_the_same_history_for_the_same_seed(places, personas, capsys):
+    call_command("generate_history", runs=120, days=14, seed=3)
+    out = capsys.readouterr().out
+    assert "Created 120 runs" in out and "rollups rebuilt" in out
+    first = sorted(Run.objects.values_list("status", "failure_kind", "cost_usd"))
+    assert Run.objects.count() == 120
+    spread = {day_of(f) for f in Run.objects.values_list("finished_at", flat=True)}
+    assert len(spread) > 5 and min(spread) >= window(15)[0]
+    statuses = Counter(Run.objects.values_list("status", flat=True))
+    assert set(statuses) == {"completed", "failed", "rolled_back"}
+    assert ToolCall.objects.filter(status="error").exists()
+    assert ApprovalRequest.objects.filter(status="approved").exists()
+    assert ModelCall.objects.filter(cost_basis="unpriced").exists()  # the gpt-unpriced agent
+    _clear_history()
+    call_command("generate_history", runs=120, days=14, seed=3, verbosity=0)
+    assert sorted(Run.objects.values_list("status", "failure_kind", "cost_usd")) == first
+    assert_figures_match(30)
+
+
+@pytest.mark.django_db
+def test_generate_history_explains_what_it_needs(capsys):
+    with pytest.raises(CommandError, match="seed_demo"):
+        call_command("generate_history", runs=10, days=3)
+    with pytest.raises(CommandError):
+        call_command("generate_history", "--runs", "0", "--days", "3")
+    with pytest.raises(CommandError):
+        call_command("generate_history", "--runs", "ten")
