@@ -21,6 +21,7 @@ from policies.permissions import policy_row_for_agent
 from runs.core import status as run_status
 from runs.models import Run
 from runs.services import run_dispatch, run_event_append, run_fail_idle, run_transition
+from runs.telemetry import approval_event as approval_traced
 
 from .binding import originals_for
 from .core.binding import Binding
@@ -129,6 +130,7 @@ def approval_event_append(approval: ApprovalRequest, type: str, **detail: Any) -
             **detail,
         },
     )
+    approval_traced(approval, type)  # a request that ended gets its span on commit (O1)
 
 
 def _grant_withdraw(approval: ApprovalRequest) -> None:

@@ -384,16 +384,41 @@ STATICFILES_FINDERS = [
 WHITENOISE_USE_FINDERS = DEBUG
 
 # --- Logging ---------------------------------------------------------------------------
+# One JSON object per line in production, for a log pipeline; plain lines in debug mode.
+# HARNESS_LOG_FORMAT (json or text) overrides. Every line a worker logs for a run carries
+# run_id and trace_id (SPEC O3; harness_console.logging.RunContext).
+HARNESS_LOG_FORMAT = os.environ.get("HARNESS_LOG_FORMAT", "").strip().lower() or (
+    "text" if DEBUG else "json"
+)
+if HARNESS_LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(
+        f"HARNESS_LOG_FORMAT={HARNESS_LOG_FORMAT!r} is not a log format (use json or text)."
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "filters": {"quiet_403": {"()": "harness_console.logging.QuietPermissionDenied"}},
+    "formatters": {
+        "text": {
+            "()": "harness_console.logging.TextFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        # timestamp, level, logger, message, run_id, trace_id and any extra of the record.
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(levelname)s %(name)s %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,
+        },
+    },
+    "filters": {
+        "quiet_403": {"()": "harness_console.logging.QuietPermissionDenied"},
+        "run_context": {"()": "harness_console.logging.RunContext"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["quiet_403"],
+            "formatter": HARNESS_LOG_FORMAT,
+            "filters": ["quiet_403", "run_context"],
         }
     },
     "root": {"handlers": ["console"], "level": "INFO"},

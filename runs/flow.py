@@ -42,7 +42,7 @@ from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
 
-from . import run_hooks
+from . import run_hooks, telemetry
 from .conversation import last_tool_use, message_append, messages_for_api, tool_result_block
 from .core import loop
 from .core import status as run_status
@@ -408,12 +408,16 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
             keep_recent_turns=agent.compaction_keep_turns,
         ),
     )
+    span = telemetry.chat_started(
+        run, model=driver.model, step_id=data.get("step"), turn=state.turn
+    )
     started = time.monotonic()
     try:
         reply = driver.model.complete(
             system=driver.system or [], messages=compacted.messages, tools=driver.tools or []
         )
     except ModelError as error:
+        telemetry.chat_failed(span, error)
         _fail(driver.lease, f"model call failed: {error}")
         return STOP
     latency = int((time.monotonic() - started) * 1000)
@@ -497,6 +501,7 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
                 "compaction_tier": compacted.tier,
             },
         )
+    telemetry.chat_ended(span, reply=reply, usage=usage, priced=priced)
     driver.rows.append(row)
     if isinstance(action, loop.FinalOutput):
         return _loop_ended(driver, run, action)

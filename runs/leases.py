@@ -15,6 +15,7 @@ timeout (../shared/NOTES.md). So:
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Iterator
@@ -116,7 +117,13 @@ class Heartbeat:
     def __init__(self, lease: Lease) -> None:
         self.lease, self.lost = lease, False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+        # In the run's context (contextvars), so its log lines carry the run and trace ids.
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._beat,),
+            name="lease-heartbeat",
+            daemon=True,
+        )
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()

@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from . import rollups
+from . import rollups, telemetry
 from .core import status as run_status
 from .core.failures import failure_kind
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
@@ -364,6 +364,7 @@ def run_transition(
         if failure_reason:
             payload["reason"] = failure_reason.strip()
         run_event_append(run_id=run.pk, type="status.changed", payload=payload)
+        telemetry.run_transitioned(run)  # an ended run's trace spans, sent on commit (O1)
     return run
 
 

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+from contextvars import Token
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from celery import shared_task
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from channels.layers import get_channel_layer
 
-from . import flow, leases, services
+from harness_console.logging import run_log_context, run_log_enter, run_log_exit
+
+from . import flow, leases, services, telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +32,11 @@ def run_execute(run_id: str) -> None:
     retries: a run whose worker died is found again by the sweeper, not by redelivery.
     """
     worker = f"{run_execute.request.hostname or 'worker'}:{os.getpid()}"
-    flow.run_execute(run_id=run_id, worker=worker)
+    with run_log_context(run_id):
+        try:
+            flow.run_execute(run_id=run_id, worker=worker)
+        finally:
+            telemetry.tracing_flush()  # the pool may recycle this process after the task
 
 
 @shared_task(ignore_result=True)
@@ -58,6 +72,39 @@ def run_session_end(run_id: str, outcome: str, reason: str) -> None:
     from .models import Run
     from .run_hooks import session_end
 
-    run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()
-    if run is not None and (run.loop or {}).get("state"):
-        session_end(run, outcome=outcome, reason=reason)
+    with run_log_context(run_id):
+        run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()
+        if run is not None and (run.loop or {}).get("state"):
+            session_end(run, outcome=outcome, reason=reason)
+
+
+# --- one run's context for Celery's own lines, and each pool process's tracer ---------------
+RUN_TASKS = frozenset({"runs.tasks.run_execute", "runs.tasks.run_session_end"})
+_log_tokens: dict[str, Token[tuple[str, str]]] = {}
+
+
+@task_prerun.connect
+def _run_task_started(task_id: str, task: Any, args: Any = (), **kwargs: Any) -> None:
+    """Celery logs a task's end ("succeeded in ...") outside the task's body: the run's
+    context is set around the whole execution, so that line carries it too."""
+    if task.name in RUN_TASKS and args:
+        _log_tokens[task_id] = run_log_enter(args[0])
+
+
+@task_postrun.connect
+def _run_task_finished(task_id: str, **kwargs: Any) -> None:
+    token = _log_tokens.pop(task_id, None)
+    if token is not None:
+        run_log_exit(token)
+
+
+@worker_process_init.connect
+def _pool_process_started(**kwargs: Any) -> None:
+    """Each pool process exports its own spans: an exporter's thread does not survive the
+    fork, and the parent never traces anything."""
+    telemetry.tracing_configure()
+
+
+@worker_process_shutdown.connect
+def _pool_process_stopping(**kwargs: Any) -> None:
+    telemetry.tracing_shutdown()

@@ -39,6 +39,7 @@ from policies.permissions import PATH_ARGUMENTS
 
 from .doc_search import search_docs
 from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
+from .telemetry import traced_tool_call
 from .tools.builtin import unified_diff
 from .tools.context import policy_to_context
 from .tools.isolation import run_isolated
@@ -206,6 +207,7 @@ class ToolCallStarted(Exception):
 BoundaryCheck = Callable[[str, list[str]], str | None]
 
 
+@traced_tool_call
 def tool_call_run(
     *,
     workspace: Workspace,

@@ -26,6 +26,7 @@ from runs.models import Agent, Run, Workspace
 from runs.services import run_create
 
 from .fake_anthropic import FakeAnthropic
+from .otlp_receiver import OtlpReceiver
 from .stack import CHROMIUM_ARGS, CHROMIUM_EXECUTABLE, LiveStack, clear_broker_folder
 from .webhook_sink import WebhookSink
 
@@ -134,6 +135,8 @@ def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
     fake = FakeAnthropic()
     # Approval notifications from the worker reach this local receiver (every risk).
     webhook = WebhookSink()
+    # Every process of the stack exports its spans to this local OTLP receiver (SPEC O1).
+    otlp = OtlpReceiver()
     stack = LiveStack(
         log_dir=var_dir / "test-logs",
         extra_env={
@@ -141,10 +144,12 @@ def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
             "ANTHROPIC_BASE_URL": fake.url,
             "HARNESS_APPROVAL_WEBHOOK_URL": webhook.url,
             "HARNESS_APPROVAL_NOTIFY_RISK": "low",
+            **otlp.env(),
         },
     )
     stack.fake_anthropic = fake
     stack.webhook = webhook
+    stack.otlp = otlp
     try:
         stack.start(collectstatic=not settings.WHITENOISE_USE_FINDERS)
         yield stack
@@ -152,6 +157,7 @@ def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
         stack.stop()
         fake.close()
         webhook.close()
+        otlp.close()
 
 
 @pytest.fixture(scope="session")
