@@ -287,6 +287,11 @@ HARNESS_REPLAY_DIRS = [
     if folder.strip()
 ]
 
+# --- Metrics ---------------------------------------------------------------------------
+# /metrics (SPEC O2) answers "Authorization: Bearer <METRICS_TOKEN>" (Prometheus's
+# `authorization` scrape option) and logged-in admins; empty: admins only.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
+
 # --- Approvals: notifications ---------------------------------------------------------
 # Approvers get an email for each new request at or above this risk (low ... critical);
 # "none" sends none. The webhook, if set, gets a JSON body for the same requests; with a

@@ -6,6 +6,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from runs.metrics_views import metrics_view
 from runs.views import dashboard
 
 from .views import home
@@ -17,6 +18,7 @@ urlpatterns = [
     path("runs/", include("runs.urls")),
     path("approvals/", include("approvals.urls")),
     path("dashboards/", dashboard, name="dashboards"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/", include("harness_console.api_urls")),
     path("admin/", admin.site.urls),
     # Pages that do not name an icon (the admin's) make browsers ask for this one.
