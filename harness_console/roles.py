@@ -30,8 +30,9 @@ _SEE_RUNS = ("runs.view_run", "runs.view_step", "runs.view_runevent")
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     # Operators submit tasks and watch runs live.
     OPERATOR: (*_SEE_RUNS, "runs.add_run", "runs.view_agent", "runs.view_workspace"),
-    # Approvers decide on what agents want to change; they read runs to do so.
-    APPROVER: (*_SEE_RUNS, "runs.decide_approval"),
+    # Approvers decide on what agents want to change; they read runs to do so, and the
+    # dashboards show them how long approvals wait and what escaped verification.
+    APPROVER: (*_SEE_RUNS, "runs.decide_approval", "runs.view_dashboards"),
     # Ops watch the operations and retrospective dashboards.
     OPS: (*_SEE_RUNS, "runs.view_dashboards"),
 }

@@ -6,8 +6,8 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from runs.dashboard_views import ops_dashboard
 from runs.metrics_views import metrics_view
-from runs.views import dashboard
 
 from .views import home
 
@@ -17,10 +17,12 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include("runs.urls")),
     path("approvals/", include("approvals.urls")),
-    path("dashboards/", dashboard, name="dashboards"),
-    path("metrics", metrics_view, name="metrics"),
+    # The dashboards' home is the operations dashboard (the navigation links here).
+    path("dashboards/", ops_dashboard, name="dashboards"),
+    path("dashboards/", include("runs.dashboard_urls")),
     path("api/", include("harness_console.api_urls")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
     # Pages that do not name an icon (the admin's) make browsers ask for this one.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
 ]

@@ -10,7 +10,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -24,6 +23,14 @@ from .grants import grant_revoke
 from .model_clients import model_key_set
 from .models import Agent, Run, SessionGrant, Workspace
 from .replays import replay_scripts
+from .run_filters import (
+    SELECTS,
+    BadFilter,
+    run_filters_described,
+    run_filters_query,
+    run_filters_read,
+    runs_filtered,
+)
 from .selectors import parse_run_id, run_get_for_user
 from .services import (
     run_answer,
@@ -41,32 +48,33 @@ TIMELINE_LIMIT = 1000
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
+    """Runs, newest first, narrowed by the filters of runs.run_filters: the dashboards link
+    here with the filters that select exactly the runs behind a figure."""
     if not request.user.has_perm("runs.view_run"):
         raise PermissionDenied("Your role may not see runs.")
-    filters = {k: request.GET.get(k, "") for k in ("status", "agent", "requester")}
-    runs = Run.objects.select_related("agent", "workspace", "requester")
+    filters = run_filters_read(request.GET)
     context = {
         "filters": filters,
         "status": filters["status"],
         "statuses": run_status.STATUSES,
         "agents": Agent.objects.order_by("name"),
+        "workspaces": Workspace.objects.order_by("name"),
         "requesters": get_user_model()
         .objects.filter(runs__isnull=False)
         .distinct()
         .order_by("username"),
+        "hidden": [(k, v) for k, v in filters.items() if v and k not in SELECTS],
+        "described": run_filters_described(filters),
         "can_submit": request.user.has_perm("runs.add_run"),
     }
-    if filters["status"] and filters["status"] not in run_status.STATUSES:
-        context["error"] = f"Unknown status {filters['status']!r}."
+    runs = Run.objects.select_related("agent", "workspace", "requester")
+    try:
+        runs = runs_filtered(runs, filters)
+    except BadFilter as error:
+        context["error"] = str(error)
         return render(request, "runs/list.html", context, status=400)
-    if filters["status"]:
-        runs = runs.filter(status=filters["status"])
-    if filters["agent"]:
-        runs = runs.filter(agent__slug=filters["agent"])
-    if filters["requester"]:
-        runs = runs.filter(requester__username=filters["requester"])
     context["page"] = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
-    context["query"] = urlencode({k: v for k, v in filters.items() if v})
+    context["query"] = run_filters_query(filters)
     template = "runs/list_table.html" if request.htmx else "runs/list.html"
     return render(request, template, context)
 
@@ -248,16 +256,6 @@ def run_answer_view(request: HttpRequest, run_id: str) -> HttpResponse:
     except ValidationError as error:
         return _after_action(request, run, _message(error))
     return _after_action(request, run)
-
-
-@login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    """Runs per state right now; the full operations dashboard builds on this page."""
-    if not request.user.has_perm("runs.view_dashboards"):
-        raise PermissionDenied("Your role may not open the dashboards.")
-    counts = dict(Run.objects.values_list("status").annotate(n=Count("pk")).order_by())
-    rows = [(s, counts.get(s, 0)) for s in run_status.STATUSES]
-    return render(request, "dashboards/index.html", {"rows": rows, "total": sum(counts.values())})
 
 
 @login_required

@@ -16,12 +16,12 @@ PAGES = {
     "runs:list": {"admin", "approver", "operator", "ops"},
     "runs:new": {"admin", "operator"},
     "approvals:queue": {"admin", "approver"},
-    "dashboards": {"admin", "ops"},
+    "dashboards": {"admin", "approver", "ops"},
     "admin:index": {"admin"},
 }
 NAV = {
     "admin": {"runs", "approvals", "dashboards", "admin"},
-    "approver": {"runs", "approvals"},
+    "approver": {"runs", "approvals", "dashboards"},
     "operator": {"runs"},
     "ops": {"runs", "dashboards"},
 }

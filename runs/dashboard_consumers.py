@@ -1,0 +1,44 @@
+"""The operations dashboard's WebSocket: news that some run changed state (SPEC O5, L2).
+
+It joins the ops group, which hears every event of every run, and forwards only a tiny
+"changed" notice for the events that move the dashboard's figures (a run created, a status
+change, an approval asked or settled). It carries no run content: the page fetches its
+fragment again through the ordinary view, so what a person sees is what the database and
+that view's permission check say. The page throttles its fetches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .consumers import GroupNewsConsumer
+from .live import OPS_GROUP
+
+PERMISSION = "runs.view_dashboards"
+NOTABLE = frozenset({"run.created", "status.changed"})
+
+
+def may_view_dashboards(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.has_perm(PERMISSION))
+
+
+def notable(event_type: str) -> bool:
+    """The events after which the dashboard's counts may differ."""
+    return event_type in NOTABLE or event_type.startswith("approval.")
+
+
+class OpsDashboardConsumer(GroupNewsConsumer):
+    """``/ws/dashboards/ops/``: ops, admins and approvers; rights read afresh every few
+    seconds while notices flow, and at once on logout."""
+
+    group = OPS_GROUP
+
+    def may_listen(self, user: Any) -> bool:
+        return may_view_dashboards(user)
+
+    async def run_event(self, message: dict[str, Any]) -> None:
+        event_type = str(message.get("event_type", ""))
+        if not notable(event_type) or not await self.still_allowed():
+            return
+        await self.send(text_data=json.dumps({"type": "changed", "event": event_type}))

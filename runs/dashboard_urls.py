@@ -1,0 +1,13 @@
+"""The dashboards' pages, under /dashboards/ (namespace ``dashboards``)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from . import dashboard_views
+
+app_name = "dashboards"
+urlpatterns = [
+    path("ops/", dashboard_views.ops_dashboard, name="ops"),
+    path("retro/", dashboard_views.retro_dashboard, name="retro"),
+]

@@ -1,0 +1,90 @@
+"""The operations and retrospective dashboards (SPEC O5, O6). Thin: check who is asking,
+read the figures of runs.dashboards (bounded rows whatever the history), chart, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from .dashboard_charts import ops_chart, retro_page
+from .dashboard_plot import percent
+from .dashboards import WINDOWS, filter_choices, ops_figures, retro_figures
+
+PERMISSION = "runs.view_dashboards"
+
+
+def _check(request: HttpRequest) -> None:
+    if not request.user.has_perm(PERMISSION):
+        raise PermissionDenied("Your role may not open the dashboards.")
+
+
+def _wants_fragment(request: HttpRequest) -> bool:
+    htmx = getattr(request, "htmx", None)
+    if htmx and not htmx.history_restore_request:
+        return True
+    return request.GET.get("fragment") == "1"
+
+
+@login_required
+def ops_dashboard(request: HttpRequest) -> HttpResponse:
+    """The live state of the console; the page re-fetches its fragment (this view, asked by
+    htmx or with ``fragment=1``) when the ops socket says some run changed."""
+    _check(request)
+    ops = ops_figures(stuck_after=settings.HARNESS_STUCK_AFTER_SECONDS)
+    context = {
+        "ops": ops,
+        "chart": ops_chart(ops),
+        "finished_total": sum(ops.finished_24h.values()),
+        "error_rate": percent(ops.last_hour["error_rate"]),
+        "may_review": request.user.has_perm("runs.decide_approval"),
+        "stuck_minutes": ops.stuck_after / 60,
+    }
+    template = "dashboards/ops_live.html" if _wants_fragment(request) else "dashboards/ops.html"
+    return render(request, template, context)
+
+
+class BadQuery(ValueError):
+    """A retrospective filter the page cannot honour."""
+
+
+def _retro_query(params: Any, choices: dict[str, Any]) -> dict[str, Any]:
+    raw_days = params.get("days", "").strip() or str(WINDOWS[0])
+    if raw_days not in {str(w) for w in WINDOWS}:
+        raise BadQuery(f"Choose a window of 7 or 30 days; {raw_days!r} is not one.")
+    query: dict[str, Any] = {"days": int(raw_days)}
+    for name, rows in (("agent", choices["agents"]), ("workspace", choices["workspaces"])):
+        slug = params.get(name, "").strip()
+        ids = {row["slug"]: row["pk"] for row in rows}
+        if slug and slug not in ids:
+            raise BadQuery(f"Unknown {name} {slug!r}.")
+        query[name], query[f"{name}_id"] = slug, ids.get(slug)
+    return query
+
+
+@login_required
+def retro_dashboard(request: HttpRequest) -> HttpResponse:
+    """``?days=7|30&agent=<slug>&workspace=<slug>``: trends over the last 7 or 30 UTC days."""
+    _check(request)
+    choices = filter_choices()
+    context: dict[str, Any] = {
+        **choices,
+        "windows": WINDOWS,
+        "query": {k: request.GET.get(k, "") for k in ("days", "agent", "workspace")},
+    }
+    try:
+        query = _retro_query(request.GET, choices)
+    except BadQuery as error:
+        context["error"] = str(error)
+        return render(request, "dashboards/retro.html", context, status=400)
+    retro = retro_figures(
+        days=query["days"], agent_id=query["agent_id"], workspace_id=query["workspace_id"]
+    )
+    context["query"] = query
+    context["retro"] = retro
+    context["page"] = retro_page(retro, agent=query["agent"], workspace=query["workspace"])
+    return render(request, "dashboards/retro.html", context)
