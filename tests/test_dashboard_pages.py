@@ -688,8 +688,13 @@ OPS_SOCKET = "/ws/dashboards/ops/"
 @pytest.mark.parametrize("who,code", [("operator", 4403), ("outsider", 4403), (None, 4401)])
 def test_the_ops_socket_refuses_who_may_not_see_dashboards(client, personas, who, code):
     session = cookie(client, getattr(personas, who)) if who else None
-    _ws, connected, closed = async_to_sync(_connect)(OPS_SOCKET, cookie=session)
-    assert (connected, closed) == (False, code)
+
+    async def scenario():
+        ws, connected, closed = await _connect(OPS_SOCKET, cookie=session)
+        await ws.disconnect()  # the consumer ends in this event loop, with its layer calls
+        return connected, closed
+
+    assert async_to_sync(scenario)() == (False, code)
 
 
 @EVERYWHERE
@@ -737,6 +742,7 @@ def test_the_ops_socket_closes_for_a_user_who_lost_the_right(client, personas, r
         while True:
             output = await ws.receive_output(timeout=10)
             if output["type"] == "websocket.close":
+                await ws.disconnect()
                 return frames, output
             frames.append(output)
 
@@ -755,6 +761,8 @@ def test_logging_out_closes_the_ops_socket(client, personas):
         ws, connected, _ = await _connect(OPS_SOCKET, cookie=session)
         assert connected
         await database_sync_to_async(client.logout)()
-        return await ws.receive_output(timeout=10)
+        closed = await ws.receive_output(timeout=10)
+        await ws.disconnect()
+        return closed
 
     assert async_to_sync(scenario)() == {"type": "websocket.close", "code": 4401}
