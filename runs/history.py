@@ -29,7 +29,7 @@ from .core import rollup
 from .core.failures import failure_kind
 from .models import Agent, DailyRollup, ModelCall, Run, ToolCall, Workspace
 from .pricing import prices
-from .rollups import _cell_locked, day_of
+from .rollups import cell_locked, day_of
 
 # (failure reason as the flow writes it, weight): the kinds of runs.core.failures.
 FAILURES: tuple[tuple[str, int], ...] = (
@@ -182,7 +182,7 @@ def history_generate(
             progress(done)
     with transaction.atomic():
         for (day, agent_id, workspace_id), data in sorted(cells.items()):
-            cell = _cell_locked(DailyRollup, day, agent_id, workspace_id)
+            cell = cell_locked(DailyRollup, day, agent_id, workspace_id)
             cell.data = rollup.merge(cell.data, data)
             cell.save(update_fields=["data", "updated_at"])
     days_written = sorted({key[0] for key in cells})

@@ -114,7 +114,7 @@ def run_contribution(run_id: Any, *, status: str | None = None) -> dict[str, Any
     )
 
 
-def _cell_locked(rollup_model: Any, day: date, agent_id: Any, workspace_id: Any) -> Any:
+def cell_locked(rollup_model: Any, day: date, agent_id: Any, workspace_id: Any) -> Any:
     """The cell's row, created if missing, locked until the caller's transaction ends."""
     rollup_model.objects.bulk_create(
         [rollup_model(day=day, agent_id=agent_id, workspace_id=workspace_id, data={})],
@@ -128,7 +128,7 @@ def _cell_locked(rollup_model: Any, day: date, agent_id: Any, workspace_id: Any)
 def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
     from .models import DailyRollup
 
-    cell = _cell_locked(DailyRollup, day_of(run.finished_at), run.agent_id, run.workspace_id)
+    cell = cell_locked(DailyRollup, day_of(run.finished_at), run.agent_id, run.workspace_id)
     cell.data = rollup.merge(cell.data, change, sign)
     cell.save(update_fields=["data", "updated_at"])
 
@@ -207,7 +207,7 @@ def reconcile_day(
         for key, data in truth.items():
             cell = existing.pop(key, None)
             if cell is None:
-                cell = _cell_locked(rollup_model, day, *key)
+                cell = cell_locked(rollup_model, day, *key)
             if not rollup.same(cell.data, data):
                 fixed += 1
                 cell.data = data
