@@ -8,7 +8,6 @@ Views turn these into tables and Plotly charts; tests compare them with the raw 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -74,14 +73,21 @@ def retro_figures(
         cells = cells.filter(agent_id=agent_id)
     if workspace_id is not None:
         cells = cells.filter(workspace_id=workspace_id)
-    by_day: dict[date, list[dict[str, Any]]] = defaultdict(list)
-    by_agent_day: dict[tuple[int, date], list[dict[str, Any]]] = defaultdict(list)
-    for day, agent, data in cells.values_list("day", "agent_id", "data"):
-        by_day[day].append(data)
-        by_agent_day[(agent, day)].append(data)
-    daily = [rollup.total(by_day.get(day, ())) for day in span]
-    whole = rollup.total(daily)
     slugs = dict(Agent.objects.values_list("pk", "slug"))
+    index = {day: n for n, day in enumerate(span)}
+    daily: list[dict[str, Any]] = [{} for _ in span]
+    cost: dict[tuple[str, str], list[Decimal]] = {}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    for day, agent, data in cells.values_list("day", "agent_id", "data"):
+        n = index[day]
+        rollup.accumulate(daily[n], data)
+        for model, figures in data.get("models", {}).items():
+            key = (slugs.get(agent, str(agent)), model)
+            cost.setdefault(key, [Decimal(0)] * len(span))[n] += Decimal(figures.get("cost", "0"))
+            tokens.setdefault(key, [0] * len(span))[n] += sum(
+                figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
+            )
+    whole = rollup.total(daily)
 
     runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
     finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
@@ -93,18 +99,6 @@ def retro_figures(
         ),
         key=lambda f: (-f[2], f[0]),
     )
-    cost: dict[tuple[str, str], list[Decimal]] = {}
-    tokens: dict[tuple[str, str], list[int]] = {}
-    for (agent, day), datas in by_agent_day.items():
-        index = span.index(day)
-        for model, figures in rollup.total(datas).get("models", {}).items():
-            key = (slugs.get(agent, str(agent)), model)
-            cost.setdefault(key, [Decimal(0)] * len(span))[index] += Decimal(
-                figures.get("cost", "0")
-            )
-            tokens.setdefault(key, [0] * len(span))[index] += sum(
-                figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
-            )
     tools = []
     for name, figures in whole.get("tools", {}).items():
         ran = figures.get("calls", 0) - figures.get("refused", 0)

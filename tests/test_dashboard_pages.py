@@ -317,6 +317,20 @@ def test_changes_of_policy_and_instructions_are_marked_on_the_time_axes(
     assert "tester instructions v99" in page.split('id="retro-changes"')[1]
 
 
+def test_every_figure_is_valid_for_plotly(client, personas, history, agent):
+    """The pages serialise figures without plotly's validation (it cost more than the
+    figures themselves); plotly's schema checks every one here, marks of changes included."""
+    import plotly.graph_objects as go
+
+    InstructionVersion.objects.create(agent=agent, version=98, text="Be brief.", note="shorter")
+    client.force_login(personas.ops)
+    for url in (reverse("dashboards:retro") + "?days=30", reverse("dashboards:ops")):
+        found = figures(client.get(url).content.decode())
+        assert found, url
+        for key, figure in found.items():
+            go.Figure(figure)  # raises on any property plotly does not know, e.g. a typo
+
+
 # --- every chart links to its runs -----------------------------------------------------------
 def test_every_point_of_every_chart_carries_the_address_of_its_runs(client, personas, history):
     client.force_login(personas.ops)

@@ -160,36 +160,45 @@ def contribution(
     return out
 
 
-def merge(cell: Mapping[str, Any], other: Mapping[str, Any], sign: int = 1) -> dict[str, Any]:
-    """``cell`` plus (or, with ``sign=-1``, minus) ``other``; entries that reach zero go."""
-    out: dict[str, Any] = dict(cell)
+def accumulate(target: dict[str, Any], other: Mapping[str, Any], sign: int = 1) -> dict[str, Any]:
+    """Add ``other`` (times ``sign``) into ``target`` in place; entries that reach zero go.
+    ``target`` never shares a nested dict with ``other``. The dashboards add up hundreds of
+    cells per page, so this walks plain dicts without copying them."""
     for key, value in other.items():
-        mine = out.get(key)
-        if isinstance(value, Mapping):
-            merged = merge(mine or {}, value, sign)
-            if merged:
-                out[key] = merged
-            else:
-                out.pop(key, None)
-        elif key in MONEY_KEYS:
-            amount = Decimal(mine or "0") + sign * Decimal(value)
-            if amount:
-                out[key] = str(amount)
-            else:
-                out.pop(key, None)
-        else:
-            count = (mine or 0) + sign * value
+        kind = type(value)
+        if kind is int:  # most entries: counts and histogram buckets
+            count = target.get(key, 0) + sign * value
             if count:
-                out[key] = count
+                target[key] = count
             else:
-                out.pop(key, None)
-    return out
+                target.pop(key, None)
+        elif kind is dict:
+            mine = target.get(key)
+            if mine is None:
+                mine = target[key] = {}
+            accumulate(mine, value, sign)
+            if not mine:
+                del target[key]
+        elif key in MONEY_KEYS:
+            amount = Decimal(target.get(key, "0")) + sign * Decimal(value)
+            if amount:
+                target[key] = str(amount)
+            else:
+                target.pop(key, None)
+        else:
+            raise TypeError(f"A rollup holds counts, amounts and trees; {key!r} is {kind}.")
+    return target
+
+
+def merge(cell: Mapping[str, Any], other: Mapping[str, Any], sign: int = 1) -> dict[str, Any]:
+    """``cell`` plus (or, with ``sign=-1``, minus) ``other``, as a new tree."""
+    return accumulate(accumulate({}, cell), other, sign)
 
 
 def total(cells: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for cell in cells:
-        out = merge(out, cell)
+        accumulate(out, cell)
     return out
 
 
