@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .core import status as run_status
-from .models import Agent, Run, RunEvent, Step, ToolCall, Workspace
+from .models import Agent, ModelCall, Run, RunEvent, Step, ToolCall, Workspace
 from .selectors import BadAfter, parse_after
 from .services import run_answer, run_cancel, run_create, run_rollback
 from .tool_calls import RollbackRefused
@@ -87,6 +87,33 @@ class ToolCallSerializer(serializers.ModelSerializer):
         ]
 
 
+class ModelCallSerializer(serializers.ModelSerializer):
+    """One model call with its token use and what it cost (SPEC O4): ``cost_basis`` says
+    whether the cost is reported (the provider's counts), estimated (counted here) or
+    unpriced (no price for the model: ``cost_usd`` is null)."""
+
+    cost_usd = serializers.DecimalField(max_digits=20, decimal_places=9, read_only=True)
+    price_version = serializers.IntegerField(source="price.version", default=None, read_only=True)
+
+    class Meta:
+        model = ModelCall
+        fields = [
+            "turn",
+            "label",
+            "model",
+            "stop_reason",
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "latency_ms",
+            "cost_usd",
+            "cost_basis",
+            "price_version",
+            "created_at",
+        ]
+
+
 class RunSerializer(serializers.ModelSerializer):
     """The run record of SPEC R7."""
 
@@ -98,6 +125,7 @@ class RunSerializer(serializers.ModelSerializer):
     model = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    cost_usd = serializers.DecimalField(max_digits=20, decimal_places=9, read_only=True)
 
     class Meta:
         model = Run
@@ -115,9 +143,12 @@ class RunSerializer(serializers.ModelSerializer):
             "missing_parameters",
             "waiting_for",
             "failure_reason",
+            "failure_kind",
             "model",
             "progress",
             "usage",
+            "cost_usd",
+            "cost_basis",
             "verification",
             "compaction",
             "created_at",
@@ -146,12 +177,24 @@ class RunSerializer(serializers.ModelSerializer):
 
 class RunDetailSerializer(RunSerializer):
     steps = StepSerializer(many=True, read_only=True)
+    model_calls = serializers.SerializerMethodField()
     tool_calls = serializers.SerializerMethodField()
     artifacts = serializers.SerializerMethodField()
     rollback = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "steps", "tool_calls", "artifacts", "rollback"]
+        fields = [
+            *RunSerializer.Meta.fields,
+            "steps",
+            "model_calls",
+            "tool_calls",
+            "artifacts",
+            "rollback",
+        ]
+
+    def get_model_calls(self, run: Run) -> list[dict[str, Any]]:
+        calls = run.model_calls.select_related("price").order_by("turn")
+        return ModelCallSerializer(calls, many=True).data
 
     def get_tool_calls(self, run: Run) -> list[dict[str, Any]]:
         calls = run.tool_calls.select_related("approved_by").order_by("started_at")
