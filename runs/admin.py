@@ -20,6 +20,7 @@ from .core.cost import price_in_force
 from .models import (
     Agent,
     DailyRollup,
+    DailyTotal,
     ModelPrice,
     Run,
     RunEvent,
@@ -226,3 +227,8 @@ class ModelPriceAdmin(admin.ModelAdmin):
 class DailyRollupAdmin(ReadOnlyAdmin):
     list_display = ("day", "agent", "workspace", "updated_at")
     list_filter = ("day", "agent", "workspace")
+
+
+@admin.register(DailyTotal)
+class DailyTotalAdmin(ReadOnlyAdmin):
+    list_display = ("day", "updated_at")

@@ -1,7 +1,7 @@
 """The figures of the operations and retrospective dashboards (SPEC O5, O6), as plain data.
 
-The retrospective reads only rollup cells (one per day, agent and workspace), so its cost
-does not grow with the history; the operations view reads the runs that are live now
+The retrospective reads only rollups (day totals, and cells per day, agent and workspace),
+so its cost does not grow with the history; the operations view reads the runs that are live now
 (few, by the status index) and the last day's finished runs (by the finished_at index).
 Views turn these into tables and Plotly charts; tests compare them with the raw rows.
 """
@@ -20,7 +20,7 @@ from django.utils import timezone
 from .core import rollup
 from .core import status as run_status
 from .core.failures import LABELS as FAILURE_LABELS
-from .models import Agent, DailyRollup, Run, Workspace
+from .models import Agent, DailyRollup, DailyTotal, Run, Workspace
 from .rollups import day_of
 
 WINDOWS = (7, 30)
@@ -66,28 +66,40 @@ def retro_figures(
     workspace_id: int | None = None,
     today: date | None = None,
 ) -> Retro:
-    """The retrospective over the last ``days`` UTC days (today included)."""
+    """The retrospective over the last ``days`` UTC days (today included).
+
+    Unfiltered, it reads the window's day totals and only the ``models`` part of each cell
+    (for cost and tokens by agent); filtered by agent or workspace, that slice's cells."""
     span = window(days, today)
-    cells = DailyRollup.objects.filter(day__gte=span[0], day__lte=span[-1])
-    if agent_id is not None:
-        cells = cells.filter(agent_id=agent_id)
-    if workspace_id is not None:
-        cells = cells.filter(workspace_id=workspace_id)
-    slugs = dict(Agent.objects.values_list("pk", "slug"))
     index = {day: n for n, day in enumerate(span)}
+    cells = DailyRollup.objects.filter(day__gte=span[0], day__lte=span[-1]).order_by()
     daily: list[dict[str, Any]] = [{} for _ in span]
+    if agent_id is None and workspace_id is None:
+        totals = DailyTotal.objects.filter(day__gte=span[0], day__lte=span[-1])
+        for day, data in totals.values_list("day", "data"):
+            daily[index[day]] = data
+        per_agent = cells.values_list("day", "agent_id", "data__models")
+    else:
+        if agent_id is not None:
+            cells = cells.filter(agent_id=agent_id)
+        if workspace_id is not None:
+            cells = cells.filter(workspace_id=workspace_id)
+        rows = list(cells.values_list("day", "agent_id", "data"))
+        for day, _agent, data in rows:
+            rollup.accumulate(daily[index[day]], data)
+        per_agent = [(day, agent, data.get("models")) for day, agent, data in rows]
+    whole = rollup.total(daily)
+    slugs = dict(Agent.objects.values_list("pk", "slug"))
     cost: dict[tuple[str, str], list[Decimal]] = {}
     tokens: dict[tuple[str, str], list[int]] = {}
-    for day, agent, data in cells.values_list("day", "agent_id", "data"):
+    for day, agent, models in per_agent:
         n = index[day]
-        rollup.accumulate(daily[n], data)
-        for model, figures in data.get("models", {}).items():
+        for model, figures in (models or {}).items():
             key = (slugs.get(agent, str(agent)), model)
             cost.setdefault(key, [Decimal(0)] * len(span))[n] += Decimal(figures.get("cost", "0"))
             tokens.setdefault(key, [0] * len(span))[n] += sum(
                 figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
             )
-    whole = rollup.total(daily)
 
     runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
     finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]

@@ -27,9 +27,9 @@ from django.utils import timezone
 from .core import cost as core_cost
 from .core import rollup
 from .core.failures import failure_kind
-from .models import Agent, DailyRollup, ModelCall, Run, ToolCall, Workspace
+from .models import Agent, DailyRollup, DailyTotal, ModelCall, Run, ToolCall, Workspace
 from .pricing import prices
-from .rollups import cell_locked, day_of
+from .rollups import cell_locked, day_of, total_locked
 
 # (failure reason as the flow writes it, weight): the kinds of runs.core.failures.
 FAILURES: tuple[tuple[str, int], ...] = (
@@ -180,11 +180,17 @@ def history_generate(
         done += size
         if progress:
             progress(done)
+    totals: dict[Any, dict[str, Any]] = {}
     with transaction.atomic():
         for (day, agent_id, workspace_id), data in sorted(cells.items()):
             cell = cell_locked(DailyRollup, day, agent_id, workspace_id)
             cell.data = rollup.merge(cell.data, data)
             cell.save(update_fields=["data", "updated_at"])
+            rollup.accumulate(totals.setdefault(day, {}), data)
+        for day, data in sorted(totals.items()):
+            total = total_locked(DailyTotal, day)
+            total.data = rollup.merge(total.data, data)
+            total.save(update_fields=["data", "updated_at"])
     days_written = sorted({key[0] for key in cells})
     return HistorySummary(
         runs,

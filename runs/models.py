@@ -208,6 +208,7 @@ class Run(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="run_sweep_idx"),
             # The dashboards' recent windows (throughput, recent failures, reconciliation).
             models.Index(fields=["finished_at"], name="run_finished_idx"),
+            models.Index(fields=["created_at"], name="run_created_idx"),  # started last hour
         ]
         permissions = [
             ("decide_approval", "Can decide approval requests of runs"),
@@ -568,3 +569,19 @@ class DailyRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.agent_id}/{self.workspace_id}"
+
+
+class DailyTotal(models.Model):
+    """One day's figures over every agent and workspace: the sum of that day's rollup
+    cells, kept with them, so the unfiltered retrospective reads thirty rows, not thirty
+    times agents times workspaces."""
+
+    day = models.DateField(unique=True)
+    data = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return str(self.day)

@@ -125,12 +125,23 @@ def cell_locked(rollup_model: Any, day: date, agent_id: Any, workspace_id: Any) 
     )
 
 
-def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
-    from .models import DailyRollup
+def total_locked(total_model: Any, day: date) -> Any:
+    """The day's total row, created if missing, locked until the caller's transaction ends.
+    Always taken after the cells it sums, everywhere, so two writers never deadlock."""
+    total_model.objects.bulk_create([total_model(day=day, data={})], ignore_conflicts=True)
+    return total_model.objects.select_for_update().get(day=day)
 
-    cell = cell_locked(DailyRollup, day_of(run.finished_at), run.agent_id, run.workspace_id)
+
+def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
+    from .models import DailyRollup, DailyTotal
+
+    day = day_of(run.finished_at)
+    cell = cell_locked(DailyRollup, day, run.agent_id, run.workspace_id)
     cell.data = rollup.merge(cell.data, change, sign)
     cell.save(update_fields=["data", "updated_at"])
+    total = total_locked(DailyTotal, day)
+    total.data = rollup.merge(total.data, change, sign)
+    total.save(update_fields=["data", "updated_at"])
 
 
 def rollup_run_ended(run: Any, previous: str) -> None:
@@ -185,8 +196,9 @@ def reconcile_day(
     tool_model: Any,
     approval_model: Any,
     rollup_model: Any,
+    total_model: Any = None,  # None: before totals existed (an older data migration)
 ) -> int:
-    """Make ``day``'s cells equal the raw rows; returns how many cells were wrong.
+    """Make ``day``'s cells and total equal the raw rows; returns how many were wrong.
 
     The day's cells are locked before the raw rows are read: a run ending meanwhile waits
     for the lock and then adds itself to the rebuilt cell, so it is neither lost nor
@@ -216,6 +228,14 @@ def reconcile_day(
             if cell.data:
                 fixed += 1
             cell.delete()
+        if total_model is None:
+            return fixed
+        whole = rollup.total(truth.values())
+        total = total_locked(total_model, day)
+        if not rollup.same(total.data, whole):
+            fixed += 1
+            total.data = whole
+            total.save(update_fields=["data", "updated_at"])
     return fixed
 
 
@@ -223,7 +243,7 @@ def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
     from approvals.models import ApprovalRequest
 
-    from .models import DailyRollup, ModelCall, Run, ToolCall
+    from .models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 
     if days is None:
         today = day_of(timezone.now())
@@ -237,6 +257,7 @@ def rollups_reconcile(days: Iterable[date] | None = None) -> int:
             tool_model=ToolCall,
             approval_model=ApprovalRequest,
             rollup_model=DailyRollup,
+            total_model=DailyTotal,
         )
     if fixed:
         logger.info("Reconciliation rewrote %d rollup cells from the raw rows.", fixed)

@@ -25,7 +25,7 @@ from runs.core import rollup
 from runs.core.failures import KINDS, OTHER, failure_kind
 from runs.dashboards import retro_figures, window
 from runs.history import FAILURES, history_generate
-from runs.models import Agent, DailyRollup, ModelCall, Run, ToolCall, Workspace
+from runs.models import Agent, DailyRollup, DailyTotal, ModelCall, Run, ToolCall, Workspace
 from runs.rollups import cells_from_raw, day_of, rollups_reconcile
 from runs.services import run_rollback
 from tests.conftest import SEEDED, prices_seed
@@ -201,6 +201,7 @@ def _clear_history() -> None:
     ModelCall.objects.all().delete()
     Run.objects.all().delete()
     DailyRollup.objects.all().delete()
+    DailyTotal.objects.all().delete()
 
 
 @pytest.fixture
@@ -252,6 +253,7 @@ def test_the_retrospective_equals_the_raw_rows_of_random_histories(
 
 def test_reconciliation_repairs_cells_that_went_wrong(places, personas):
     history_generate(runs=200, days=10, seed=7, requester=personas.operator)
+    assert_figures_match(30)  # the past days' sums are cached from here on
     before = DailyRollup.objects.count()
     assert before > 0
     damaged = list(DailyRollup.objects.order_by("pk")[:3])
@@ -260,18 +262,27 @@ def test_reconciliation_repairs_cells_that_went_wrong(places, personas):
     damaged[1].save()
     damaged[2].data = rollup.merge(damaged[2].data, {"runs": {"completed": 5}, "cost": "1.5"})
     damaged[2].save()
+    total = DailyTotal.objects.order_by("day").last()
+    total.data = rollup.merge(total.data, {"runs": {"failed": 2}})
+    total.save()
     stray = DailyRollup.objects.create(
         day=window(1)[0] - timedelta(days=20),
         agent=places[0][0],
         workspace=places[1][0],
         data={"runs": {"failed": 1}},
     )
-    days = sorted({d.day for d in damaged} | {stray.day})
-    assert rollups_reconcile(days) == 4
+    days = sorted({d.day for d in damaged} | {stray.day, total.day})
+    # Three cells and their days' totals, the stray cell (and its day's total), the total.
+    assert rollups_reconcile(days) >= 5
     assert not DailyRollup.objects.filter(pk=stray.pk).exists()
     assert DailyRollup.objects.count() == before
     assert rollups_reconcile(days) == 0  # idempotent
     assert_figures_match(30)
+    for agent in places[0]:
+        assert_figures_match(30, agent_id=agent.pk)
+    for total in DailyTotal.objects.all():  # each day's total is the sum of its cells
+        cells = DailyRollup.objects.filter(day=total.day).values_list("data", flat=True)
+        assert rollup.same(total.data, rollup.total(cells)), total.day
 
 
 # --- as runs really finish -----------------------------------------------------------------
@@ -338,6 +349,7 @@ def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(pers
     )
     assert rollup.same(truth[(cell.agent_id, cell.workspace_id)], cell.data)
     assert rollups_reconcile([cell.day]) == 0
+    assert rollup.same(DailyTotal.objects.get(day=cell.day).data, cell.data)  # its only cell
     assert_figures_match(7)
 
 
