@@ -162,7 +162,7 @@ def _failures(r: Retro, links: Links) -> Chart:
             "ticksuffix": " %",
             "showgrid": False,
         },
-        margin={"b": 90},
+        margin={"b": 90, "r": 60},  # room for the right axis's "100 %"
         xaxis={"tickangle": -30},
     )
     chart.figure = figure_json(traces, layout)
@@ -224,7 +224,7 @@ def _tools(r: Retro, links: Links) -> Chart:
         key="tool-errors",
         title="Tool error rate by tool",
         note="Errors and timeouts out of the calls that ran (refused calls never ran).",
-        columns=["Tool", "Calls", "Errors", "Refused", "Error rate"],
+        columns=["Tool", "Calls", "Errors", "Refused", "Error rate", "Runs behind them"],
     )
     if not r.tools:
         chart.empty = "No tool call in this window."
@@ -246,13 +246,17 @@ def _tools(r: Retro, links: Links) -> Chart:
         hovertemplate="%{hovertext}<extra></extra>",
     )
     chart.figure = figure_json([trace], layout_base(yaxis={"ticksuffix": " %"}, showlegend=False))
+    # The counts are calls (a run may make several); the links list the runs behind them.
     chart.rows = [
         [
             Cell(t["tool"]),
-            count_cell(t["calls"], links.whole(tool=t["tool"])),
-            count_cell(t["errors"], url),
-            count_cell(t["refused"], links.whole(tool=t["tool"], tool_status="refused")),
+            Cell(f"{t['calls']:,}"),
+            Cell(f"{t['errors']:,}"),
+            Cell(f"{t['refused']:,}"),
             Cell(percent(t["error_rate"])),
+            Cell("with errors", url)
+            if t["errors"]
+            else Cell("with calls", links.whole(tool=t["tool"])),
         ]
         for t, url in zip(r.tools, urls, strict=True)
     ]
@@ -380,7 +384,7 @@ def _headline(r: Retro, links: Links) -> list[dict[str, str]]:
             "key": "approval",
             "label": "Approval wait p50 / p95",
             "value": f"{human_ms(t['approval_p50'])} / {human_ms(t['approval_p95'])}",
-            "detail": f"{t['approvals']:,} requests",
+            "detail": f"{t['approvals']:,} requests; runs with a decision →",
             "url": links.whole(approval="decided"),
         },
         {

@@ -47,9 +47,9 @@ from .conversation import last_tool_use, message_append, messages_for_api, tool_
 from .core import loop
 from .core import status as run_status
 from .core.compaction import Thresholds, compact, estimate_tokens
-from .core.cost import ESTIMATED, REPORTED, Tokens
+from .core.cost import Tokens, run_basis
 from .core.intake import StructuredTask, intake
-from .core.model_turns import ModelError, Usage
+from .core.model_turns import OFFLINE_REPLAY, ModelError, Usage
 from .leases import (
     CLAIMABLE,
     Heartbeat,
@@ -435,6 +435,7 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
         ),
         reported=usage.reported,
         at=timezone.now(),
+        replayed=reply.label == OFFLINE_REPLAY,
     )
     with fenced(driver.lease):
         ModelCall.objects.create(
@@ -471,9 +472,8 @@ def _model_turn(driver: Driver, run: Run, state: loop.LoopState, data: dict[str,
             "cache_read_input_tokens": F("cache_read_input_tokens") + usage.cache_read_input_tokens,
             "cost_usd": F("cost_usd") + (priced.cost_usd or 0),
         }
-        if priced.basis != run.cost_basis and run.cost_basis != ESTIMATED:
-            # A run's cost is reported only while every call's is.
-            fields["cost_basis"] = REPORTED if priced.basis == REPORTED else ESTIMATED
+        if (basis := run_basis(run.cost_basis, priced.basis)) != run.cost_basis:
+            fields["cost_basis"] = basis
         if compacted.tier > 1 and compacted.to_json() != run.compaction:
             fields["compaction"] = compacted.to_json()
             run_event_append(run_id=run.pk, type="compaction", payload=compacted.to_json())

@@ -49,9 +49,14 @@ def prices_changed() -> None:
     cache.delete(CACHE_KEY)
 
 
-def call_cost(*, model: str, tokens: core.Tokens, reported: bool, at: datetime) -> CallCost:
+def call_cost(
+    *, model: str, tokens: core.Tokens, reported: bool, at: datetime, replayed: bool = False
+) -> CallCost:
     """What a call cost at ``at``; ``reported`` says whether the provider reported the
-    token use (a cost from tokens counted here is an estimate)."""
+    token use (a cost from tokens counted here is an estimate). A replayed call reached
+    no provider and cost nothing, whatever its scripted usage says."""
+    if replayed:
+        return CallCost(Decimal(0), core.REPLAY, None)
     price = core.price_in_force(prices(), model, at)
     if price is None:
         return CallCost(None, core.UNPRICED, None)

@@ -224,7 +224,11 @@ def test_the_api_key_is_in_no_log_line_and_no_span(personas, agent, workspace, m
             stop_reason="tool_use",
             usage={"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 7},
         ),
-        message([{"type": "text", "text": "It says: install it."}]),
+        message(
+            [{"type": "text", "text": "It says: install it."}],
+            usage={"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 7},
+            model="claude-sonnet-4-6",
+        ),
     ]
     exporter = InMemorySpanExporter()
     telemetry.tracing_configure(telemetry.tracer_provider(SimpleSpanProcessor(exporter)))
@@ -262,3 +266,14 @@ def test_the_api_key_is_in_no_log_line_and_no_span(personas, agent, workspace, m
         text = span.to_json()
         assert secret not in text, span.name
         assert "Install it." not in text, span.name  # nor the file's contents
+    # The provider's answers: one from a model the price table does not know (no cost
+    # claimed), one priced from its reported usage (Sonnet 4.x: 100 x $3 + 10 x $15 +
+    # 7 x $0.30 per million).
+    first, second = sorted(
+        (s for s in found if s.name.startswith("chat ")), key=lambda s: s.start_time
+    )
+    assert first.attributes["harness.cost.basis"] == "unpriced"
+    assert "harness.cost.usd" not in first.attributes
+    assert second.attributes["harness.cost.basis"] == "reported"
+    assert second.attributes["harness.cost.usd"] == pytest.approx(0.0004521)
+    assert second.attributes["gen_ai.usage.input_tokens"] == 107

@@ -21,6 +21,7 @@ QUANTUM: Final = Decimal("0.000000001")
 REPORTED: Final = "reported"  # the provider reported the token use; priced from the table
 ESTIMATED: Final = "estimated"  # the provider reported none; the tokens were counted here
 UNPRICED: Final = "unpriced"  # no price for the model: tokens kept, no cost claimed
+REPLAY: Final = "replay"  # the offline replay: no provider was called, nothing was spent
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,12 @@ def price_in_force(prices: Iterable[Price], model: str, at: datetime) -> Price |
         ):
             best = price
     return best
+
+
+def run_basis(current: str, call: str) -> str:
+    """A run's basis after one more call: reported (or replay) only while every call is;
+    a call without a usage report or a price makes the run's total an estimate."""
+    basis = ESTIMATED if call == UNPRICED else call
+    if not current or current == basis:
+        return basis
+    return ESTIMATED

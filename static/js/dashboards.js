@@ -8,7 +8,11 @@
   var CONFIG = {
     displaylogo: false,
     responsive: true,
-    modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d"]
+    // No "share" or "edit in Chart Studio": they would upload the figure to Plotly's cloud.
+    showSendToCloud: false,
+    showEditInChartStudio: false,
+    showLink: false,
+    modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "sendDataToCloud"]
   };
   var MIN_GAP_MS = 1000;      // at most one refresh a second, however busy the console is
   var POLL_MS = 30000;        // ages and stuck runs change without any event
