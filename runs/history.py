@@ -56,7 +56,7 @@ TOOLS: tuple[tuple[str, int, float], ...] = (
     ("patchDraft", 12, 0.08),
     ("runValidation", 10, 0.05),
     ("commitDraft", 6, 0.04),
-    ("shell", 5, 0.15),
+    ("grep", 5, 0.15),
 )
 OUTCOMES = (("completed", 72), ("failed", 23), ("rolled_back", 5))
 BATCH = 5000
@@ -332,7 +332,7 @@ def _one_run(rng: random.Random, place: _Place) -> list[list[dict[str, Any]]]:
                 decision, status = "deny", "refused"
             elif roll < 0.03 + error_rate:
                 status = "error" if rng.random() < 0.85 else "timeout"
-            elif tool in ("commitDraft", "shell") and rng.random() < 0.5:
+            elif tool == "commitDraft" and rng.random() < 0.5:
                 decision = "ask"
             tools.append(
                 {

@@ -409,7 +409,11 @@ class ToolCall(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["tool", "-started_at"])]
+        indexes = [
+            models.Index(fields=["tool", "-started_at"]),
+            # The runs list's "runs that called this tool" (the dashboards' tool links).
+            models.Index(fields=["run", "tool"], name="tool_call_run_tool_idx"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "tool_use_id"],

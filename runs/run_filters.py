@@ -88,7 +88,7 @@ def run_filters_check(filters: Mapping[str, str]) -> dict[str, date]:
     """Raise :class:`BadFilter` for the first bad value; return the parsed days."""
     status = filters.get("status", "")
     if status and status not in run_status.STATUSES:
-        raise BadFilter(f"Unknown status {status!r}.")
+        raise BadFilter(f"Unknown status {status!r}; one of: {', '.join(run_status.STATUSES)}.")
     days = {name: day for name in DAY_FIELDS if (day := _day(filters, name)) is not None}
     first, last = days.get("finished_from"), days.get("finished_to")
     if first and last and first > last:
@@ -102,7 +102,25 @@ def run_filters_check(filters: Mapping[str, str]) -> dict[str, date]:
     for name in ("agent", "workspace", "requester", "model", "tool"):
         if len(filters.get(name, "")) > MAX_NAME:
             raise BadFilter(f"{name} is too long to be a name ({MAX_NAME} characters at most).")
+    _known(filters)
     return days
+
+
+def _known(filters: Mapping[str, str]) -> None:
+    """An agent, workspace or requester that does not exist is a mistake in the address,
+    not an empty result (as the retrospective says too)."""
+    from django.contrib.auth import get_user_model
+
+    from .models import Agent, Workspace
+
+    for name, rows, field in (
+        ("agent", Agent.objects, "slug"),
+        ("workspace", Workspace.objects, "slug"),
+        ("requester", get_user_model().objects, "username"),
+    ):
+        value = filters.get(name, "")
+        if value and not rows.filter(**{field: value}).exists():
+            raise BadFilter(f"Unknown {name} {value!r}.")
 
 
 def runs_filtered(runs: QuerySet, filters: Mapping[str, str]) -> QuerySet:

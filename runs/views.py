@@ -72,6 +72,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         runs = runs_filtered(runs, filters)
     except BadFilter as error:
         context["error"] = str(error)
+        context["described"] = []  # a filter that was refused selects nothing to describe
         return render(request, "runs/list.html", context, status=400)
     context["page"] = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     context["query"] = run_filters_query(filters)

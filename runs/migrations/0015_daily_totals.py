@@ -1,5 +1,6 @@
 """Daily totals: the sum of each day's rollup cells, for the unfiltered retrospective; and
-an index on when runs were created (the operations dashboard counts the last hour's)."""
+an index on when runs were created (the operations dashboard counts the last hour's), and
+one on tool calls by run and tool (the runs list's "called this tool" filter)."""
 
 from django.db import migrations, models
 
@@ -38,6 +39,10 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='run',
             index=models.Index(fields=['created_at'], name='run_created_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='toolcall',
+            index=models.Index(fields=['run', 'tool'], name='tool_call_run_tool_idx'),
         ),
         migrations.RunPython(sum_the_cells, migrations.RunPython.noop),
     ]
