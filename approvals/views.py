@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from harness_console.fragments import wants_fragment
 from runs.models import Agent
 
 from .binding import changes_since_asked
@@ -71,13 +72,6 @@ HISTORY_UNSHOWN = (
 )
 
 
-def _wants_fragment(request: HttpRequest) -> bool:
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
-        return True
-    return request.GET.get("fragment") == "1"
-
-
 # --- the queue ------------------------------------------------------------------------------
 @login_required
 def approval_queue(request: HttpRequest) -> HttpResponse:
@@ -99,7 +93,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         total = len(rows)
     else:
         total = pending.count() if filtered else counts["theirs"]
-    fragment = _wants_fragment(request)
+    fragment = wants_fragment(request)
     context = {
         "rows": rows,
         "total": total,
@@ -265,7 +259,7 @@ def approval_history(request: HttpRequest) -> HttpResponse:
         .order_by("-requested_at")
     )
     page = Paginator(requests, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
-    fragment = _wants_fragment(request)
+    fragment = wants_fragment(request)
     context = {
         "form": form,
         "problems": form.messages(),

@@ -11,6 +11,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from harness_console.fragments import wants_fragment
+
 from .dashboard_charts import ops_chart, retro_page
 from .dashboard_plot import percent
 from .dashboards import WINDOWS, filter_choices, ops_figures, retro_figures
@@ -21,13 +23,6 @@ PERMISSION = "runs.view_dashboards"
 def _check(request: HttpRequest) -> None:
     if not request.user.has_perm(PERMISSION):
         raise PermissionDenied("Your role may not open the dashboards.")
-
-
-def _wants_fragment(request: HttpRequest) -> bool:
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
-        return True
-    return request.GET.get("fragment") == "1"
 
 
 @login_required
@@ -44,7 +39,7 @@ def ops_dashboard(request: HttpRequest) -> HttpResponse:
         "may_review": request.user.has_perm("runs.decide_approval"),
         "stuck_minutes": ops.stuck_after / 60,
     }
-    template = "dashboards/ops_live.html" if _wants_fragment(request) else "dashboards/ops.html"
+    template = "dashboards/ops_live.html" if wants_fragment(request) else "dashboards/ops.html"
     return render(request, template, context)
 
 
