@@ -327,7 +327,7 @@ def test_every_figure_is_valid_for_plotly(client, personas, history, agent):
     for url in (reverse("dashboards:retro") + "?days=30", reverse("dashboards:ops")):
         found = figures(client.get(url).content.decode())
         assert found, url
-        for key, figure in found.items():
+        for figure in found.values():
             go.Figure(figure)  # raises on any property plotly does not know, e.g. a typo
 
 
