@@ -172,7 +172,7 @@ def history_generate(
                 batch[n].extend(part)
             run = rows[0][0]
             key = (day_of(run["finished_at"]), run["agent_id"], run["workspace_id"])
-            cells[key] = rollup.merge(cells.get(key, {}), _contribution(*rows))
+            rollup.accumulate(cells.setdefault(key, {}), _contribution(*rows))
         with transaction.atomic():
             for n, table in enumerate(tables):
                 table.write(batch[n])

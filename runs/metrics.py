@@ -146,7 +146,7 @@ def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
     agents: dict[str, dict[str, Any]] = {slug: {} for slug in slugs.values()}
     for agent_id, data in by_id.items():
         slug = slugs.get(agent_id, str(agent_id))
-        agents[slug] = rollup.merge(agents.get(slug, {}), data)
+        rollup.accumulate(agents.setdefault(slug, {}), data)
     return Snapshot(
         live=live,
         pending_approvals=waiting["n"],
@@ -173,14 +173,14 @@ def cells_total(*, today: date) -> dict[Any, dict[str, Any]]:
         cache.set(key, totals, PAST_CACHE_SECONDS)
     fresh = DailyRollup.objects.filter(day__gte=today).order_by()
     for agent_id, data in fresh.values_list("agent_id", "data"):
-        totals[agent_id] = rollup.merge(totals.get(agent_id, {}), data)
+        rollup.accumulate(totals.setdefault(agent_id, {}), data)
     return totals
 
 
 def _per_agent(cells: Iterable[tuple[Any, dict[str, Any]]]) -> dict[Any, dict[str, Any]]:
     totals: dict[Any, dict[str, Any]] = {}
     for agent_id, data in cells:
-        totals[agent_id] = rollup.merge(totals.get(agent_id, {}), data)
+        rollup.accumulate(totals.setdefault(agent_id, {}), data)
     return totals
 
 

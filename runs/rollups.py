@@ -184,7 +184,7 @@ def cells_from_raw(
             _tools(children["tools"].get(run["id"], ())),
             _approvals(children["approvals"].get(run["id"], ())),
         )
-        cells[key] = rollup.merge(cells.get(key, {}), part)
+        rollup.accumulate(cells.setdefault(key, {}), part)
     return cells
 
 
