@@ -9,9 +9,12 @@ stopped at the call's timeout.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import os
+import sys
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 from django.core.cache import cache
@@ -45,10 +48,29 @@ def _parameters(server: McpServer, cwd: str | None) -> StdioServerParameters:
     return StdioServerParameters(command=server.command, args=list(server.args), env=env, cwd=cwd)
 
 
+def _errlog() -> TextIO:
+    """Where the server's stderr goes: the process's real stderr. The SDK's default is the
+    ``sys.stderr`` of the moment it was imported, which inside a Celery worker is a logging
+    proxy with no file descriptor, so every call there failed before the server started."""
+    stream = sys.__stderr__
+    try:
+        if stream is not None:
+            stream.fileno()
+            return stream
+    except (OSError, ValueError):
+        pass
+    return _devnull()
+
+
+@functools.cache
+def _devnull() -> TextIO:
+    return open(os.devnull, "w")  # one for the process, never closed
+
+
 async def _list_tools(server: McpServer) -> list[Any]:
     with anyio.fail_after(server.timeout_sec):
         async with (
-            stdio_client(_parameters(server, None)) as (read, write),
+            stdio_client(_parameters(server, None), errlog=_errlog()) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -90,7 +112,7 @@ def mcp_discover(server: McpServer) -> list[str]:
 async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
     with anyio.fail_after(server.timeout_sec):
         async with (
-            stdio_client(_parameters(server, cwd)) as (read, write),
+            stdio_client(_parameters(server, cwd), errlog=_errlog()) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
