@@ -207,6 +207,11 @@ HARNESS_ROLLUP_RECONCILE_SECONDS = float(os.environ.get("HARNESS_ROLLUP_RECONCIL
 # The operations dashboard calls a run stuck when it is working (planning, running,
 # verifying) and has recorded no event for this long.
 HARNESS_STUCK_AFTER_SECONDS = int(os.environ.get("HARNESS_STUCK_AFTER_SECONDS", "600"))
+# Tool calls one model turn may make (SPEC T6: tool spam); calls beyond are refused, each with
+# a tool result saying why, so a turn of a thousand tool_use blocks runs at most this many.
+HARNESS_MAX_TOOL_CALLS_PER_TURN = max(
+    1, int(os.environ.get("HARNESS_MAX_TOOL_CALLS_PER_TURN", "20"))
+)
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-abandoned-runs": {"task": "runs.tasks.runs_sweep", "schedule": HARNESS_SWEEP_SECONDS},
     "reconcile-rollups": {

@@ -72,6 +72,17 @@ def tool_result_block(tool_use_id: str, output: dict[str, Any]) -> dict[str, Any
     }
 
 
+def tool_use_position(rows: list[Message], tool_use_id: str) -> int:
+    """Which of its turn's tool calls this one is, from 0 (-1: not found)."""
+    for row in reversed(rows):
+        if row.role != "assistant":
+            continue
+        ids = [b.get("id") for b in _blocks(row.content) if b.get("type") == "tool_use"]
+        if tool_use_id in ids:
+            return ids.index(tool_use_id)
+    return -1
+
+
 def last_tool_use(rows: list[Message], tool_use_id: str) -> dict[str, Any] | None:
     for row in reversed(rows):
         if row.role != "assistant":

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
@@ -43,7 +44,13 @@ from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
 
 from . import run_hooks, telemetry
-from .conversation import last_tool_use, message_append, messages_for_api, tool_result_block
+from .conversation import (
+    last_tool_use,
+    message_append,
+    messages_for_api,
+    tool_result_block,
+    tool_use_position,
+)
 from .core import loop
 from .core import status as run_status
 from .core.compaction import Thresholds, compact, estimate_tokens
@@ -541,10 +548,41 @@ def _tool_step(driver: Driver, run: Run, state: loop.LoopState, data: dict[str, 
         )
         record = None if outcome == "rerun" else ToolCall.objects.get(pk=record.pk)
     if record is None:
-        record = _tool_call(driver, run, block, data)
-        if record is None:
-            return STOP  # waiting for a person
+        limit = settings.HARNESS_MAX_TOOL_CALLS_PER_TURN
+        position = tool_use_position(driver.rows, tool_use_id)
+        if position >= limit:
+            record = _over_the_turn_limit(run, block, position, limit)
+        else:
+            record = _tool_call(driver, run, block, data)
+            if record is None:
+                return STOP  # waiting for a person
     return _tool_finished(driver, run, state, data, record)
+
+
+def _over_the_turn_limit(run: Run, block: dict[str, Any], position: int, limit: int) -> ToolCall:
+    """A tool call past the turn's limit: refused before any check or effect, and recorded
+    like every refusal, so the model hears why and the run's record shows the spam."""
+    policy = policy_for_agent(run.agent)
+    reason = (
+        f"at most {limit} tool calls per model turn; this was call {position + 1}: "
+        "make fewer calls, or continue in the next turn"
+    )
+    arguments = block.get("input")
+    return ToolCall.objects.create(
+        run=run,
+        workspace=run.workspace,
+        tool_use_id=block["id"][:200],
+        tool=str(block.get("name", ""))[:120],
+        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
+        decision="deny",
+        rule="tool-calls-per-turn",
+        reason=reason,
+        status="refused",
+        error=f"deny: {reason}",
+        policy_name=policy.name,
+        policy_version=policy.version,
+        finished_at=timezone.now(),
+    )
 
 
 def _tool_call(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -71,17 +72,24 @@ def _next_seq(run_id: Any) -> int | None:
 
 
 def run_create(
-    *, agent: Agent, workspace: Workspace, requester: Any, request: str, dispatch: bool = True
+    *,
+    agent: Agent,
+    workspace: Workspace,
+    requester: Any,
+    request: str,
+    dispatch: bool = True,
+    replay: Any = None,
 ) -> Run:
     """Record a new run and, once committed, hand it to a worker.
 
     The intake runs here too (it is pure and fast), so the answer to the requester already
     says the risk and what is missing; the worker repeats it as its first stages and
     records them. A request no model can answer (no replay script matches it and no API
-    key is set) is refused before anything is stored.
+    key is set) is refused before anything is stored. ``replay`` (a path) plays that
+    script whatever the request: the eval set's cases bring their own turns.
     """
     from .core.intake import intake
-    from .replays import replay_for
+    from .replays import ReplayScript, replay_for
 
     text = (request or "").strip()
     if not text:
@@ -90,7 +98,10 @@ def run_create(
         raise ValidationError(
             {"request": f"The request is {len(text)} characters; the limit is {MAX_REQUEST_CHARS}."}
         )
-    script = replay_for(agent=agent.slug, workspace=workspace.slug, request=text)
+    if replay is not None:
+        script = ReplayScript(Path(replay), "", text, agent.slug, workspace.slug, 0)
+    else:
+        script = replay_for(agent=agent.slug, workspace=workspace.slug, request=text)
     if script is None and not model_key_set():
         raise ValidationError(
             {

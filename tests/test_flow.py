@@ -420,3 +420,51 @@ def test_harness_call_ids_differ_for_long_paths_with_the_same_start():
     long = "docs/" + "x" * 300
     assert flow._path_id(long + "a.md") != flow._path_id(long + "b.md")
     assert len(f"commit:{flow._path_id(long)}") <= 200
+
+
+def test_a_turn_of_many_tool_calls_runs_only_the_turns_limit(
+    personas, agent, workspace, tmp_path, settings
+):
+    """Tool spam in one turn: a thousand tool_use blocks run at most the limit; the rest
+    are refused before any check or effect, each with a result the model reads."""
+    import json
+
+    settings.HARNESS_MAX_TOOL_CALLS_PER_TURN = 3
+    (workspace.root_path / "notes.md").write_text("# Notes\n")
+    spam = [
+        {
+            "type": "tool_use",
+            "id": f"toolu_{n}",
+            "name": "readSource",
+            "input": {"path": "notes.md"},
+        }
+        for n in range(8)
+    ]
+    script = tmp_path / "spam.json"
+    script.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    {"stop_reason": "tool_use", "content": spam},
+                    {"stop_reason": "end_turn", "content": [{"type": "text", "text": "Done."}]},
+                ]
+            }
+        )
+    )
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Summarize notes.md",
+        dispatch=False,
+        replay=script,
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    calls = {c.tool_use_id: c for c in ToolCall.objects.filter(run=run)}
+    assert [calls[f"toolu_{n}"].status for n in range(8)] == ["ok"] * 3 + ["refused"] * 5
+    refused = calls["toolu_5"]
+    assert (refused.decision, refused.rule) == ("deny", "tool-calls-per-turn")
+    assert "at most 3 tool calls per model turn; this was call 6" in refused.reason
+    results = Message.objects.filter(run=run, kind="tool_result", tool_use_id="toolu_7").get()
+    assert "at most 3 tool calls per model turn" in json.dumps(results.content)
