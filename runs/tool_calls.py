@@ -45,6 +45,7 @@ from .tools.context import policy_to_context
 from .tools.isolation import run_isolated
 
 MAX_RESULT_CHARS = 16_000
+TIMING_FIELDS = ("elapsed_ms",)  # measured by the harness, never shown to the model
 TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
 BACKOFF_SECONDS = 0.2
 
@@ -177,10 +178,14 @@ def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The output as the model may see it, and the full text when it had to be cut.
 
     Long strings are cut and long lists shortened, largest first, until the whole fits.
+    The call's timing is measured apart (the model never sees it), so whether a result is
+    cut does not depend on how long the tool took.
     """
+    timing = {k: output[k] for k in TIMING_FIELDS if k in output}
+    output = {k: v for k, v in output.items() if k not in timing}
     full = json.dumps(output, ensure_ascii=False)
     if len(full) <= MAX_RESULT_CHARS:
-        return output, None
+        return {**output, **timing}, None
     shown = dict(output)
     budget = MAX_RESULT_CHARS // 2
     for key in sorted(shown, key=lambda k: -len(json.dumps(shown[k], ensure_ascii=False))):
@@ -197,7 +202,7 @@ def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
                 kept.append(item)
             shown[key] = kept
         budget = max(200, budget // 2)
-    return shown, full
+    return {**shown, **timing}, full
 
 
 class ToolCallStarted(Exception):
@@ -557,7 +562,7 @@ def tool_output(record: ToolCall) -> dict[str, Any]:
         "path": record.path or None,
         "diff": None,
         "warnings": [],
-        **{k: v for k, v in record.output.items() if k not in ("elapsed_ms",)},
+        **{k: v for k, v in record.output.items() if k not in TIMING_FIELDS},
     }
     if record.status != "ok":
         output["ok"] = False

@@ -159,6 +159,23 @@ def test_every_large_field_is_truncated_not_only_the_content():
     assert isinstance(shown["problems"], list) and full is not None
 
 
+def test_whether_a_result_is_cut_does_not_depend_on_how_long_the_tool_took():
+    """The timing is the harness's, never shown to the model: a result right at the limit
+    was cut when the call took 105 ms and kept whole at 95 ms (found by the eval set)."""
+    import json
+
+    from runs.tool_calls import MAX_RESULT_CHARS, _truncate
+
+    body = {"ok": True, "path": "docs/a.md", "content": ""}
+    body["content"] = "x" * (MAX_RESULT_CHARS - len(json.dumps(body)))
+    assert len(json.dumps(body)) == MAX_RESULT_CHARS
+    for elapsed in (5, 95, 105, 123456789):
+        shown, full = _truncate({**body, "elapsed_ms": elapsed})
+        assert full is None and shown == {**body, "elapsed_ms": elapsed}
+    shown, full = _truncate({**body, "content": body["content"] + "x", "elapsed_ms": 5})
+    assert full is not None and shown["elapsed_ms"] == 5 and "elapsed_ms" not in full
+
+
 def test_a_nul_in_a_tool_output_is_stored_without_failing(workspace):
     (workspace.root_path / "nul.md").write_bytes(b"before\x00after")
     record = call(workspace, "readSource", OPEN, path="nul.md")
