@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint system-packages
+.PHONY: run test install lint system-packages evals
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "Python 3.12 or newer is needed; found " + sys.version.split()[0] + " (see .python-version)")'
@@ -40,6 +40,12 @@ test: $(STAMP) system-packages
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The eval set (SPEC E1) against the offline replay, with a worker of its own: exits 1 when a
+# malicious case gets through. EVALS_ARGS="--category malicious --html var/evals.html".
+evals: $(STAMP)
+	$(PY) manage.py migrate_all --verbosity 0
+	$(PY) manage.py run_evals --start-worker $(EVALS_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -198,8 +198,11 @@ def _url(approval: ApprovalRequest) -> str:
 
 
 def _load(approval_id: Any) -> ApprovalRequest | None:
+    """The request to tell approvers about; never one of the eval set's runs (its runner
+    answers them itself within seconds)."""
     return (
         ApprovalRequest.objects.select_related("run__agent", "run__workspace", "run__requester")
         .filter(pk=approval_id)
+        .exclude(run__agent__for_evals=True)
         .first()
     )

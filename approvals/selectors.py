@@ -37,10 +37,12 @@ def pending_count_for(user: Any) -> int:
 def queue_for(
     user: Any, *, risk: str = "", kind: str = "", agent: str = "", sort: str = "oldest"
 ) -> QuerySet[ApprovalRequest]:
-    """Pending requests this approver may decide (never their own runs', SPEC A4)."""
+    """Pending requests this approver may decide (never their own runs', SPEC A4; never the
+    eval set's, which its runner answers itself)."""
     pending = (
         ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
         .exclude(run__requester=user)
+        .exclude(run__agent__for_evals=True)
         .select_related("run__agent", "run__requester")
         .annotate(risk_rank=RISK_RANK)
     )
@@ -80,7 +82,8 @@ def pending_counts(user: Any) -> dict[str, int]:
     """In one query: pending requests this approver may decide, and those on their own runs
     (left to other approvers, A4)."""
     mine = Q(run__requester=user)
-    return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).aggregate(
+    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+    return pending.exclude(run__agent__for_evals=True).aggregate(
         theirs=Count("pk", filter=~mine), own=Count("pk", filter=mine)
     )
 

@@ -292,6 +292,16 @@ HARNESS_REPLAY_DIRS = [
     if folder.strip()
 ]
 
+# The eval set (SPEC E1): folders of case files (each category in its own folder), and where
+# a suite run lays out each case's workspace. With workers on several machines that folder
+# must be shared, like every workspace.
+HARNESS_EVAL_DIRS = [
+    Path(folder).resolve()
+    for folder in (os.environ.get("HARNESS_EVAL_DIRS") or str(BASE_DIR / "evals")).split(os.pathsep)
+    if folder.strip()
+]
+HARNESS_EVAL_ROOT = Path(os.environ.get("HARNESS_EVAL_ROOT") or VAR_DIR / "evals").resolve()
+
 # --- Metrics ---------------------------------------------------------------------------
 # /metrics (SPEC O2) answers "Authorization: Bearer <METRICS_TOKEN>" (Prometheus's
 # `authorization` scrape option) and logged-in admins; empty: admins only.

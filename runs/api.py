@@ -223,8 +223,13 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunCreateSerializer(serializers.Serializer):
-    agent = serializers.SlugRelatedField(slug_field="slug", queryset=Agent.objects.all())
-    workspace = serializers.SlugRelatedField(slug_field="slug", queryset=Workspace.objects.all())
+    # The eval set's own agents and workspaces run its cases only.
+    agent = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Agent.objects.filter(for_evals=False)
+    )
+    workspace = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Workspace.objects.filter(for_evals=False)
+    )
     request = serializers.CharField(max_length=20_000, trim_whitespace=True)
 
 

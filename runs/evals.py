@@ -1,0 +1,639 @@
+"""Running the eval set (SPEC E1): each case through the real loop in a real worker.
+
+A suite run lays out every case's workspace fixture in its own folder (with a drafts area,
+a publish target and an ``outside`` folder beside it), points a stable per-case workspace
+and a per-configuration agent at it, creates the run with the case's recorded turns, and
+lets the workers take the runs as they take any other. When each run has ended or waits
+for a person, what it did is collected from the database and the disk and judged
+(``runs.core.evals.judge``); a run left waiting is then cancelled, so no approver is asked
+about an eval. One suite runs at a time: the per-case workspaces are shared between suite
+runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db import transaction
+from django.utils import timezone
+
+from policies.models import McpServer, Policy, PolicyRule
+
+from .core import status as run_status
+from .core.evals import (
+    CATEGORIES,
+    SAFETY_CATEGORY,
+    Case,
+    CaseError,
+    Outcome,
+    ToolCallSeen,
+    case_parse,
+    judge,
+    leaks,
+)
+from .models import Agent, EvalCase, EvalResult, EvalSuiteRun, Run, Workspace
+
+logger = logging.getLogger(__name__)
+
+EVAL_USER = "eval-runner"
+EVAL_APPROVER = "eval-approver"
+STALE_SUITE = timedelta(hours=1)
+KEEP_SUITE_FOLDERS = 5
+SERVERS_DIR = "servers"  # beside the case folders: the eval set's own MCP servers
+BROKEN = "broken"  # the pseudo-category of case files that cannot be run
+SETTLED = {run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK}
+
+
+class SuiteError(Exception):
+    """The suite cannot run (another one runs, no worker, no key); nothing was judged."""
+
+
+@dataclass
+class Loaded:
+    cases: list[Case] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # broken case files, with why
+
+
+# --- loading -------------------------------------------------------------------------------
+def cases_load(category: str = "") -> Loaded:
+    """The shipped case files of ``HARNESS_EVAL_DIRS`` and the console's active cases. A
+    broken case is an error of the suite (it must not pass by not running); two cases of
+    one name are too."""
+    if category and category not in CATEGORIES:
+        raise SuiteError(f"No category {category!r}; the categories: {', '.join(CATEGORIES)}.")
+    loaded, seen = Loaded(), {}
+    for folder in settings.HARNESS_EVAL_DIRS:
+        for path in sorted(Path(folder).glob("*/*.json")) if Path(folder).is_dir() else ():
+            source = str(path.relative_to(folder.parent))
+            try:
+                data = json.loads(path.read_text("utf-8"))
+                case = case_parse(data, source=source)
+                if case.category != path.parent.name:
+                    raise CaseError(f"{source}: its category {case.category!r} is not its folder's")
+            except (OSError, ValueError) as error:
+                loaded.errors.append(str(error) if source in str(error) else f"{source}: {error}")
+                continue
+            loaded.cases.append(case)
+    for row in EvalCase.objects.filter(active=True).order_by("name"):
+        try:
+            loaded.cases.append(case_parse(row.data, source=f"console case {row.name}"))
+        except CaseError as error:
+            loaded.errors.append(str(error))
+    unique = []
+    for case in loaded.cases:
+        if case.name in seen:
+            loaded.errors.append(f"{case.source}: the name {case.name!r} is {seen[case.name]}'s")
+            continue
+        seen[case.name] = case.source
+        unique.append(case)
+    loaded.cases = [c for c in unique if not category or c.category == category]
+    return loaded
+
+
+# --- preparing a case ------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    case: Case
+    folder: Path
+    workspace: Workspace | None
+    agent: Agent | None = None
+    run: Run | None = None
+    before: dict[str, bytes] = field(default_factory=dict)
+    skipped: str = ""
+    started: float = 0.0
+    decided: int = 0
+
+
+def _write_tree(root: Path, files: dict[str, bytes]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for relative, data in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def tree_read(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path (links are not followed)."""
+    found: dict[str, bytes] = {}
+    if not root.is_dir():
+        return found
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            found[path.relative_to(root).as_posix()] = path.read_bytes()
+        elif path.is_symlink():
+            found[path.relative_to(root).as_posix()] = b"-> " + str(path.readlink()).encode()
+    return found
+
+
+def _eval_user(username: str = EVAL_USER, permission: str = "add_run") -> Any:
+    """A user nobody logs in as: the requester of eval runs (who may cancel them), or the
+    person who answers a case's scripted approval decisions."""
+    User = get_user_model()
+    user, created = User.objects.get_or_create(
+        username=username, defaults={"first_name": "Eval", "last_name": username.split("-")[1]}
+    )
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    if not user.has_perm(f"runs.{permission}"):
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="runs", codename=permission)
+        )
+        user = User.objects.get(pk=user.pk)  # drop the permission cache
+    return user
+
+
+def _decide(item: Prepared, approver: Any) -> bool:
+    """Answer the run's pending approval with the case's next scripted decision; False when
+    the case has none left (the run stays waiting and is judged as it is)."""
+    from approvals.models import ApprovalRequest
+    from approvals.services import approval_decide
+
+    if item.decided >= len(item.case.decisions):
+        return False
+    pending = (
+        ApprovalRequest.objects.filter(run=item.run, status=ApprovalRequest.Status.PENDING)
+        .order_by("requested_at")
+        .first()
+    )
+    if pending is None:
+        return False
+    decision = item.case.decisions[item.decided]
+    item.decided += 1
+    approval_decide(
+        approval=pending,
+        user=approver,
+        decision=decision,
+        comment="" if decision == "approve" else "rejected by the eval case's script",
+        confirm=pending.confirm_expected or "",
+        digest=pending.digest,
+    )
+    return True
+
+
+def _policy_for(case: Case) -> Policy | None:
+    """The case's policy: the named one as it is (None: the default), or an eval copy of it
+    with the case's rules first, rewritten only when it differs (each save is a version)."""
+    spec = case.policy
+    if not spec.rules:
+        if spec.base == "default":
+            return None
+        return Policy.objects.get(name=spec.base)
+    base = Policy.objects.get(name=spec.base)
+    wanted = [
+        (r["key"], r["tool"], r["decision"], r["path"], r["reason"]) for r in spec.rules
+    ] + list(
+        base.rules.order_by("order", "id").values_list("key", "tool", "decision", "path", "reason")
+    )
+    policy, _ = Policy.objects.get_or_create(
+        name=f"eval-{case.name}"[:63],
+        defaults={"description": f"Eval case {case.name}: {spec.base} with its own rules first."},
+    )
+    have = list(
+        policy.rules.order_by("order", "id").values_list(
+            "key", "tool", "decision", "path", "reason"
+        )
+    )
+    if have != wanted or policy.ceiling != base.ceiling:
+        from policies.permissions import policy_bump_version
+
+        with transaction.atomic():
+            policy.rules.all().delete()
+            PolicyRule.objects.bulk_create(
+                PolicyRule(policy=policy, order=i, key=k, tool=t, decision=d, path=p, reason=r)
+                for i, (k, t, d, p, r) in enumerate(wanted)
+            )
+            Policy.objects.filter(pk=policy.pk).update(ceiling=base.ceiling)
+            policy_bump_version(policy=policy)
+    return policy
+
+
+def _agent_for(case: Case, policy: Policy | None) -> Agent:
+    """One agent per configuration (turn limit, model, identity, policy), not per case."""
+    spec = case.agent
+    key = json.dumps([spec.max_turns, spec.model, spec.identity, policy.pk if policy else None])
+    slug = f"eval-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    agent, _ = Agent.objects.get_or_create(
+        slug=slug,
+        defaults={
+            "name": f"Eval agent ({policy.name if policy else 'default'} policy, "
+            f"{spec.max_turns} turns)",
+            "identity": spec.identity,
+            "model": spec.model,
+            "max_turns": spec.max_turns,
+            "policy": policy,
+            "for_evals": True,
+        },
+    )
+    return agent
+
+
+def _mcp_for(case: Case, servers_dir: Path) -> None:
+    from .mcp_client import mcp_discover
+
+    for spec in case.mcp:
+        script = servers_dir / f"{spec.server}.py"
+        if not script.is_file():
+            raise CaseError(f"{case.source}: no eval MCP server {spec.server!r} ({script})")
+        server, _ = McpServer.objects.update_or_create(
+            name=spec.name,
+            defaults={
+                "command": sys.executable,
+                "args": [str(script)],
+                "permission_level": spec.permission_level,
+                "allowed_tools": list(spec.allowed_tools),
+                "allowed_paths": list(spec.allowed_paths),
+                "forbidden_paths": list(spec.forbidden_paths),
+                "rate_limit_per_minute": spec.rate_limit_per_minute,
+                "enabled": True,
+            },
+        )
+        mcp_discover(server)
+
+
+def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
+    folder = suite_dir / case.name
+    root, outside = folder / "workspace", folder / "outside"
+    _write_tree(root, {**case.files, **case.secrets})
+    for relative, target in case.links.items():
+        link = root / relative
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+    _write_tree(outside, dict(case.outside))
+    for name in ("drafts", "publish"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    workspace, _ = Workspace.objects.update_or_create(
+        slug=f"eval-{case.name}",
+        defaults={
+            "name": f"Eval: {case.title}"[:200],
+            "root": str(root),
+            "drafts_root": str(folder / "drafts"),
+            "publish_root": str(folder / "publish"),
+            "context_file": "README.md" if "README.md" in case.files else "",
+            "for_evals": True,
+        },
+    )
+    from .doc_search import doc_index_refresh
+
+    doc_index_refresh(workspace)
+    _mcp_for(case, servers_dir)
+    agent = _agent_for(case, _policy_for(case))
+    return Prepared(
+        case=case, folder=folder, workspace=workspace, agent=agent, before=tree_read(root)
+    )
+
+
+def _start(prepared: Prepared, *, model: str, user: Any) -> None:
+    from .services import run_create
+
+    case = prepared.case
+    replay = None
+    if model == "replay":
+        replay = prepared.folder / "replay.json"
+        replay.write_text(
+            json.dumps({"title": case.title, "model": "replay", "turns": list(case.turns)}),
+            "utf-8",
+        )
+    prepared.run = run_create(
+        agent=prepared.agent,
+        workspace=prepared.workspace,
+        requester=user,
+        request=case.request,
+        replay=replay,
+    )
+    prepared.started = time.monotonic()
+
+
+# --- judging a case --------------------------------------------------------------------------
+def _status(run: Run) -> str:
+    if run.status == run_status.WAITING_FOR_APPROVAL and run.waiting_for == "answer":
+        return "waiting_for_answer"
+    return run.status
+
+
+def _settled(run: Run) -> bool:
+    if run.status in SETTLED:
+        return True
+    return run.status == run_status.WAITING_FOR_APPROVAL and not run.lease_owner
+
+
+def _shown_to_model(run: Run) -> list[str]:
+    """Every text the model was or could have been shown: its messages (the task and each
+    tool result) and each tool call's recorded output."""
+    texts = [
+        json.dumps(content, ensure_ascii=False)
+        for content in run.messages.filter(role="user").values_list("content", flat=True)
+    ]
+    texts += [
+        json.dumps(output, ensure_ascii=False)
+        for output in run.tool_calls.values_list("output", flat=True)
+    ]
+    return texts
+
+
+def outcome_collect(prepared: Prepared, policies_before: dict[str, int]) -> Outcome:
+    run = Run.objects.get(pk=prepared.run.pk)
+    case = prepared.case
+    calls = run.tool_calls.order_by("started_at").prefetch_related("artifacts")
+    after = tree_read(prepared.folder / "workspace")
+    changed = {
+        p for p in set(after) | set(prepared.before) if after.get(p) != prepared.before.get(p)
+    }
+    outside_after = tree_read(prepared.folder / "outside")
+    outside_changed = sorted(
+        p
+        for p in set(outside_after) | set(case.outside)
+        if outside_after.get(p) != case.outside.get(p)
+    )
+    published = any((prepared.folder / "publish").iterdir())
+    approvals = [
+        "commit" if a.kind == "commit" else (a.tool or a.kind)
+        for a in run.approvals.order_by("requested_at")
+    ]
+    policies_after = dict(Policy.objects.values_list("name", "version"))
+    return Outcome(
+        status=_status(run),
+        failure_reason=run.failure_reason,
+        tool_calls=tuple(
+            ToolCallSeen(
+                tool=c.tool,
+                status=c.status,
+                decision=c.decision,
+                reason=" ".join(part for part in (c.reason, c.error) if part),
+                truncated=bool(c.artifacts.all()),
+            )
+            for c in calls
+        ),
+        approvals=tuple(approvals),
+        files=after,
+        changed=frozenset(changed),
+        outside_changed=tuple(outside_changed),
+        leaked=tuple(leaks(case.canaries, _shown_to_model(run))),
+        published=published,
+        published_by_human=any(
+            c.tool == "publish" and c.status == "ok" and c.approved_by_id for c in calls
+        ),
+        policy_changed=policies_after != policies_before,
+    )
+
+
+def _cancel_if_waiting(run: Run, user: Any) -> None:
+    from .services import run_cancel
+
+    run = Run.objects.get(pk=run.pk)
+    if run.status not in SETTLED:
+        try:
+            run_cancel(run=run, user=user)
+        except Exception:  # the run ended meanwhile: nothing to cancel
+            logger.info("Eval run %s could not be cancelled", run.pk, exc_info=True)
+
+
+# --- the suite -------------------------------------------------------------------------------
+def _suite_begin(*, model: str, category: str, started_by: str) -> EvalSuiteRun:
+    with transaction.atomic():
+        running = (
+            EvalSuiteRun.objects.select_for_update()
+            .filter(
+                status=EvalSuiteRun.Status.RUNNING, started_at__gte=timezone.now() - STALE_SUITE
+            )
+            .first()
+        )
+        if running is not None:
+            raise SuiteError(
+                f"Another eval suite is running (started {running.started_at:%Y-%m-%d %H:%M} "
+                f"UTC by {running.started_by or 'someone'}); the per-case workspaces are shared, "
+                "so suites run one at a time."
+            )
+        EvalSuiteRun.objects.filter(status=EvalSuiteRun.Status.RUNNING).update(
+            status=EvalSuiteRun.Status.ERROR, error="abandoned: it did not finish within an hour"
+        )
+        return EvalSuiteRun.objects.create(model=model, category=category, started_by=started_by)
+
+
+def _prune(root: Path, keep: Iterable[str]) -> None:
+    """Keep the folders of the last few suite runs (their runs' pages point into them)."""
+    keep = set(keep)
+    for folder in root.iterdir() if root.is_dir() else ():
+        if folder.is_dir() and folder.name not in keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def suite_run(
+    *,
+    model: str = "replay",
+    category: str = "",
+    started_by: str = "",
+    case_timeout: float = 120.0,
+    claim_timeout: float = 30.0,
+    progress: Callable[[str], None] = lambda line: None,
+) -> EvalSuiteRun:
+    """Run the eval set (or one category) and record each case's verdict."""
+    from .model_clients import model_key_set
+
+    if model not in ("replay", "anthropic"):
+        raise SuiteError("The model is replay or anthropic.")
+    if model == "anthropic" and not model_key_set():
+        raise SuiteError("--model anthropic needs ANTHROPIC_API_KEY; the replay needs none.")
+    loaded = cases_load(category)
+    suite = _suite_begin(model=model, category=category, started_by=started_by)
+    try:
+        _suite_cases(suite, loaded, model, case_timeout, claim_timeout, progress)
+    except BaseException as error:
+        EvalSuiteRun.objects.filter(pk=suite.pk).update(
+            status=EvalSuiteRun.Status.ERROR,
+            error=str(error) or type(error).__name__,
+            finished_at=timezone.now(),
+        )
+        raise
+    suite.refresh_from_db()
+    return suite
+
+
+def _suite_cases(
+    suite: EvalSuiteRun,
+    loaded: Loaded,
+    model: str,
+    case_timeout: float,
+    claim_timeout: float,
+    progress: Callable[[str], None],
+) -> None:
+    root = Path(settings.HARNESS_EVAL_ROOT)
+    root.mkdir(parents=True, exist_ok=True)
+    recent = EvalSuiteRun.objects.order_by("-started_at").values_list("pk", flat=True)
+    _prune(root, (str(pk) for pk in recent[:KEEP_SUITE_FOLDERS]))
+    suite_dir = root / str(suite.pk)
+    servers_dir = Path(__file__).resolve().parent.parent / "evals" / SERVERS_DIR
+    user = _eval_user()
+    prepared: list[Prepared] = []
+    for case in loaded.cases:
+        if model == "anthropic" and case.model == "replay":
+            prepared.append(Prepared(case, suite_dir, None, skipped="replay-only case"))
+            continue
+        try:
+            prepared.append(_prepare(case, suite_dir, servers_dir))
+        except (CaseError, Policy.DoesNotExist, OSError) as error:
+            loaded.errors.append(f"{case.source}: {error}")
+    policies_before = dict(Policy.objects.values_list("name", "version"))
+    for item in prepared:
+        if not item.skipped:
+            try:
+                _start(item, model=model, user=user)
+            except Exception as error:  # a refused request: the case is broken
+                item.run = None
+                loaded.errors.append(f"{item.case.source}: the run could not start: {error}")
+    summary = {c: {"passed": 0, "failed": 0} for c in (*CATEGORIES, BROKEN)}
+    for number, error in enumerate(loaded.errors, 1):
+        source = error.split(": ", 1)[0]
+        EvalResult.objects.create(
+            suite=suite,
+            case=f"broken-{number}",
+            category=BROKEN,
+            source=source[:300],
+            passed=False,
+            failures=[error],
+        )
+        summary[BROKEN]["failed"] += 1
+        progress(f"BROKEN {error}")
+    progress(f"started {sum(1 for p in prepared if p.run)} runs")
+    _await(prepared, case_timeout, claim_timeout)
+    for item in prepared:
+        _judge_one(suite, item, model, policies_before, user, summary, progress)
+    counts = {k: v for k, v in summary.items() if v["passed"] or v["failed"]}
+    EvalSuiteRun.objects.filter(pk=suite.pk).update(
+        status=EvalSuiteRun.Status.FINISHED,
+        summary=counts,
+        passed=sum(v["passed"] for v in counts.values()),
+        failed=sum(v["failed"] for v in counts.values()),
+        skipped=sum(1 for p in prepared if p.skipped),
+        finished_at=timezone.now(),
+    )
+
+
+def _await(prepared: list[Prepared], case_timeout: float, claim_timeout: float) -> None:
+    """Until every run has ended or waits for a person (answering the case's scripted
+    approval decisions on the way), or its time is up. No run claimed by any worker within
+    ``claim_timeout``: no worker is running; say so."""
+    approver = _eval_user(EVAL_APPROVER, "decide_approval")
+    waiting = {p.run.pk: p for p in prepared if p.run is not None}
+    began = time.monotonic()
+    claimed = False
+    while waiting:
+        rows = Run.objects.filter(pk__in=list(waiting)).only(
+            "pk", "status", "waiting_for", "lease_owner", "lease_token"
+        )
+        for run in rows:
+            claimed = claimed or run.lease_token > 0
+            item = waiting[run.pk]
+            timed_out = time.monotonic() - item.started > case_timeout
+            answered = (
+                not timed_out
+                and run.status == run_status.WAITING_FOR_APPROVAL
+                and _settled(run)
+                and _decide(item, approver)
+            )
+            if timed_out or (_settled(run) and not answered):
+                del waiting[run.pk]
+        if not claimed and time.monotonic() - began > claim_timeout:
+            raise SuiteError(
+                f"No worker took the eval runs within {claim_timeout:g} s. Start the console "
+                "(make run) or a worker, or pass --start-worker."
+            )
+        if waiting:
+            time.sleep(0.1)
+
+
+def _judge_one(
+    suite: EvalSuiteRun,
+    item: Prepared,
+    model: str,
+    policies_before: dict[str, int],
+    user: Any,
+    summary: dict[str, dict[str, int]],
+    progress: Callable[[str], None],
+) -> None:
+    case = item.case
+    if item.skipped:
+        EvalResult.objects.create(
+            suite=suite,
+            case=case.name,
+            category=case.category,
+            title=case.title,
+            source=case.source[:300],
+            passed=False,
+            skipped=True,
+            failures=[f"skipped: {item.skipped}"],
+        )
+        progress(f"SKIP {case.category}/{case.name}: {item.skipped}")
+        return
+    if item.run is None:
+        return  # its start failed: recorded as a broken case
+    run = Run.objects.get(pk=item.run.pk)
+    outcome = outcome_collect(item, policies_before)
+    failures = judge(case, outcome, replayed=model == "replay")
+    if not _settled(run):
+        failures.insert(0, f"did not end or wait within its time (still {run.status})")
+    _cancel_if_waiting(run, user)
+    EvalResult.objects.create(
+        suite=suite,
+        case=case.name,
+        category=case.category,
+        title=case.title,
+        source=case.source[:300],
+        passed=not failures,
+        failures=failures,
+        run=run,
+        seconds=round(
+            (run.finished_at or timezone.now()).timestamp() - run.created_at.timestamp(), 3
+        ),
+    )
+    summary[case.category]["passed" if not failures else "failed"] += 1
+    progress(f"{'PASS' if not failures else 'FAIL'} {case.category}/{case.name}")
+    for failure in failures:
+        progress(f"    {failure}")
+
+
+def suite_report(suite: EvalSuiteRun) -> dict[str, Any]:
+    """The JSON report: per category passed and failed, and each failure with its reasons."""
+    return {
+        "suite": str(suite.pk),
+        "model": suite.model,
+        "status": suite.status,
+        "categories": {
+            name: {"passed": counts["passed"], "failed": counts["failed"]}
+            for name, counts in sorted(suite.summary.items())
+        },
+        "failures": [
+            {
+                "case": r.case,
+                "category": r.category,
+                "source": r.source,
+                "run": str(r.run_id) if r.run_id else None,
+                "reasons": r.failures,
+            }
+            for r in suite.results.filter(passed=False, skipped=False).order_by("category", "case")
+        ],
+        "skipped": list(suite.results.filter(skipped=True).values_list("case", flat=True)),
+        "passed": suite.passed,
+        "failed": suite.failed,
+    }
+
+
+def suite_safe(suite: EvalSuiteRun) -> bool:
+    """Whether every malicious case held (and no case file was broken)."""
+    return not suite.results.filter(
+        passed=False, skipped=False, category__in=[SAFETY_CATEGORY, BROKEN]
+    ).exists()
