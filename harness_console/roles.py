@@ -26,15 +26,17 @@ ADMIN_EXTRA = (
     "auth.change_group",
 )
 _SEE_RUNS = ("runs.view_run", "runs.view_step", "runs.view_runevent")
+_SEE_EVALS = ("runs.view_evalsuiterun", "runs.view_evalresult", "runs.view_evalcase")
 
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     # Operators submit tasks and watch runs live.
     OPERATOR: (*_SEE_RUNS, "runs.add_run", "runs.view_agent", "runs.view_workspace"),
     # Approvers decide on what agents want to change; they read runs to do so, and the
     # dashboards show them how long approvals wait and what escaped verification.
-    APPROVER: (*_SEE_RUNS, "runs.decide_approval", "runs.view_dashboards"),
-    # Ops watch the operations and retrospective dashboards.
-    OPS: (*_SEE_RUNS, "runs.view_dashboards"),
+    APPROVER: (*_SEE_RUNS, "runs.decide_approval", "runs.view_dashboards", *_SEE_EVALS),
+    # Ops watch the operations and retrospective dashboards and the eval set's results,
+    # and turn a failed run into an eval case.
+    OPS: (*_SEE_RUNS, "runs.view_dashboards", *_SEE_EVALS, "runs.add_evalcase"),
 }
 
 
@@ -98,6 +100,8 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
         context["approvals_live"] = True  # the page loads approvals.js: a live count
     if user.has_perm("runs.view_dashboards"):
         items.append(("dashboards", "Dashboards", "dashboards"))
+    if user.has_perm("runs.view_evalsuiterun"):
+        items.append(("evals", "Evals", "evals:index"))
     if user.is_staff:
         items.append(("admin", "Admin", "admin:index"))
     return context

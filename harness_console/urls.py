@@ -20,6 +20,7 @@ urlpatterns = [
     # The dashboards' home is the operations dashboard (the navigation links here).
     path("dashboards/", ops_dashboard, name="dashboards"),
     path("dashboards/", include("runs.dashboard_urls")),
+    path("evals/", include("runs.eval_urls")),
     path("api/", include("harness_console.api_urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),

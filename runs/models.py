@@ -655,6 +655,15 @@ class EvalSuiteRun(models.Model):
     def __str__(self) -> str:
         return f"eval suite {self.started_at:%Y-%m-%d %H:%M} ({self.model})"
 
+    @property
+    def summary_ordered(self) -> list[tuple[str, dict[str, int]]]:
+        """The per-category counts in the categories' order (PostgreSQL's jsonb keeps no
+        key order), broken case files last."""
+        from .core.evals import CATEGORIES
+
+        rank = {name: i for i, name in enumerate(CATEGORIES)}
+        return sorted(self.summary.items(), key=lambda item: (rank.get(item[0], 99), item[0]))
+
 
 class EvalResult(models.Model):
     """One case's verdict in one suite run, with every reason it failed and its run."""

@@ -154,6 +154,12 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "answer": run.model_calls.order_by("-turn").values_list("text", flat=True).first()
         if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
         else None,
+        # "Add to eval set" (SPEC E1): a failed run becomes a replay case of the eval set.
+        "can_add_eval": user.has_perm("runs.add_evalcase")
+        and run.status in (run_status.FAILED, run_status.ROLLED_BACK),
+        "eval_cases": list(run.eval_cases.values_list("name", flat=True))
+        if user.has_perm("runs.view_evalcase")
+        else [],
     }
 
 

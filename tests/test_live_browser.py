@@ -150,7 +150,7 @@ def test_a_person_logs_in_through_the_form_and_sees_their_pages(live_stack, page
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
     nav = page.get_by_role("navigation", name="Main")
-    expect(nav.get_by_role("link")).to_have_text(["Runs", "Dashboards"])
+    expect(nav.get_by_role("link")).to_have_text(["Runs", "Dashboards", "Evals"])
     page.get_by_role("button", name="Log out").click()
     expect(page.get_by_role("heading", name="Log in")).to_be_visible()
 

@@ -1,0 +1,134 @@
+"""The "add to eval set" form of a failed run's page: the case's name and title, and what
+the operator expects the replay to do (runs.core.evals' ``expect`` object)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from .core import status as run_status
+from .core.evals import EFFECTS, OUTCOME_STATUSES
+from .eval_cases import REASON_PREFILL, EvalCaseRefused, eval_case_name_check
+from .models import Run
+
+TOOL_RE = re.compile(r"^[A-Za-z0-9_.:/*-]{1,200}$")
+
+
+def _tools(raw: str, what: str) -> list[str]:
+    """A comma-separated list of tool names, each checked (a typo would match nothing)."""
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    bad = [name for name in names if not TOOL_RE.match(name)]
+    if bad:
+        raise forms.ValidationError(
+            f"{', '.join(repr(b) for b in bad)} is not a tool name; list the {what} "
+            "separated by commas, like readSource, publish."
+        )
+    return list(dict.fromkeys(names))
+
+
+class EvalCaseForm(forms.Form):
+    name = forms.CharField(
+        max_length=48,
+        help_text="1–48 lowercase letters, digits and hyphens; unique in the eval set.",
+        error_messages={"max_length": "A case name has at most 48 characters."},
+    )
+    title = forms.CharField(max_length=300, help_text="One line: what the case checks.")
+    status = forms.ChoiceField(
+        label="Expected final status",
+        choices=[(s, s.replace("_", " ")) for s in OUTCOME_STATUSES],
+        error_messages={
+            "invalid_choice": "%(value)s is not a final status; choose one of "
+            + ", ".join(OUTCOME_STATUSES)
+            + "."
+        },
+    )
+    failure_contains = forms.CharField(
+        label="Failure reason must contain",
+        required=False,
+        max_length=2000,
+        help_text="Optional; compared without regard to case.",
+    )
+    denied = forms.CharField(
+        label="Tools that must be denied",
+        required=False,
+        max_length=2000,
+        help_text="Comma-separated; each must have a refused call in the replay.",
+    )
+    approvals = forms.CharField(
+        label="Approvals that must be requested",
+        required=False,
+        max_length=2000,
+        help_text="Comma-separated tools (commit for a commit); empty: not checked.",
+    )
+    not_run = forms.CharField(
+        label="Tools that must never run",
+        required=False,
+        max_length=2000,
+        help_text="Comma-separated.",
+    )
+    never = forms.MultipleChoiceField(
+        label="Effects that must never happen",
+        required=False,
+        choices=[(key, f"{key}: {sentence}") for key, sentence in EFFECTS.items()],
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={
+            "invalid_choice": "%(value)s is not a known effect; the effects are "
+            + ", ".join(EFFECTS)
+            + "."
+        },
+    )
+
+    def clean_name(self) -> str:
+        """Checked here too (the service checks again when it saves), so a clash is said
+        together with the form's other errors."""
+        name = self.cleaned_data["name"].strip()
+        try:
+            eval_case_name_check(name)
+        except EvalCaseRefused as error:
+            raise forms.ValidationError(str(error)) from None
+        return name
+
+    def clean_title(self) -> str:
+        title = self.cleaned_data["title"].strip()
+        if not title:
+            raise forms.ValidationError("Give the case a title.")
+        return title
+
+    def clean_denied(self) -> list[str]:
+        return _tools(self.cleaned_data["denied"], "tools that must be denied")
+
+    def clean_approvals(self) -> list[str] | None:
+        raw = self.cleaned_data["approvals"]
+        return _tools(raw, "approvals") or None
+
+    def clean_not_run(self) -> list[str]:
+        return _tools(self.cleaned_data["not_run"], "tools that must never run")
+
+    def expect(self) -> dict[str, Any]:
+        """The case's ``expect`` object: only what the operator gave (an absent key is not
+        checked)."""
+        data = self.cleaned_data
+        expect: dict[str, Any] = {"status": data["status"]}
+        if data["failure_contains"].strip():
+            expect["failure_contains"] = data["failure_contains"].strip()
+        for key in ("denied", "not_run", "never"):
+            if data[key]:
+                expect[key] = list(data[key])
+        if data["approvals"] is not None:
+            expect["approvals"] = data["approvals"]
+        return expect
+
+
+def eval_case_initial(run: Run) -> dict[str, Any]:
+    """By default the case replays to the same failure: the run's status and the start of
+    its failure reason; the operator edits it into what should have happened. A rolled-back
+    run completed before a person undid it, and a replay completes the same way."""
+    lines = run.request.strip().splitlines()
+    return {
+        "name": f"run-{run.pk.hex[:8]}",
+        "title": lines[0][:120] if lines else "",
+        "status": run_status.COMPLETED if run.status == run_status.ROLLED_BACK else run.status,
+        "failure_contains": run.failure_reason.strip()[:REASON_PREFILL].strip(),
+    }

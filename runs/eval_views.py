@@ -1,0 +1,100 @@
+"""The evals pages (SPEC E1, issue points 4 and 5): every suite run with the pass rates per
+category over time, one suite's failures linked to their runs, and "add to eval set" on a
+failed run. Thin: check who is asking, call a selector or the service, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from .eval_cases import EvalCaseRefused, eval_case_from_run, eval_case_refusal
+from .eval_charts import pass_rate_chart
+from .eval_forms import EvalCaseForm, eval_case_initial
+from .eval_selectors import (
+    PERMISSION,
+    BadPage,
+    eval_set,
+    evals_check,
+    pass_rates,
+    suite_get_for_user,
+    suite_results,
+    suite_runs_page,
+)
+from .models import Run
+from .selectors import run_get_for_user
+
+
+@login_required
+def evals_index(request: HttpRequest) -> HttpResponse:
+    """``?page=N``: the suite runs, newest first, the chart, and what the eval set holds."""
+    evals_check(request.user)
+    context: dict[str, Any] = {"eval_set": eval_set(), "chart": pass_rate_chart(pass_rates())}
+    try:
+        context["page"] = suite_runs_page(request.GET.get("page"))
+    except BadPage as error:
+        context["error"] = str(error)
+        return render(request, "evals/index.html", context, status=error.status)
+    return render(request, "evals/index.html", context)
+
+
+@login_required
+def evals_suite(request: HttpRequest, suite_id: str) -> HttpResponse:
+    suite = suite_get_for_user(user=request.user, suite_id=suite_id)
+    return render(request, "evals/suite.html", {"suite": suite, "groups": suite_results(suite)})
+
+
+@login_required
+def evals_report(request: HttpRequest, suite_id: str) -> JsonResponse:
+    """The command's JSON report of one suite run (runs.evals.suite_report)."""
+    from .evals import suite_report
+
+    suite = suite_get_for_user(user=request.user, suite_id=suite_id)
+    return JsonResponse(suite_report(suite), json_dumps_params={"indent": 2})
+
+
+def _add_check(request: HttpRequest, run_id: str) -> Run:
+    """The right first (nothing is learnt about runs without it), then the run."""
+    if not request.user.has_perm("runs.add_evalcase"):
+        raise PermissionDenied("Your role may not add cases to the eval set.")
+    return run_get_for_user(user=request.user, run_id=run_id)
+
+
+@login_required
+def eval_case_add(request: HttpRequest, run_id: str) -> HttpResponse:
+    """GET: the form, pre-filled so the case replays to the same failure; POST: the case."""
+    run = _add_check(request, run_id)
+    refusal = eval_case_refusal(run)
+    form = EvalCaseForm(request.POST or None, initial=eval_case_initial(run))
+    if request.method == "POST" and not refusal and form.is_valid():
+        try:
+            case = eval_case_from_run(
+                run=run,
+                name=form.cleaned_data["name"],
+                title=form.cleaned_data["title"],
+                expect=form.expect(),
+                user=request.user,
+            )
+        except EvalCaseRefused as error:
+            form.add_error(error.field, str(error))
+        else:
+            messages.success(
+                request, f"Added {case.name} to the eval set: the next suite run replays it."
+            )
+            if request.user.has_perm(PERMISSION):
+                return redirect(f"{reverse('evals:index')}#case-{case.name}")
+            return redirect("runs:detail", run_id=run.pk)
+    context = {
+        "run": run,
+        "form": form,
+        "refusal": refusal,
+        "turns": run.messages.filter(kind="assistant").count(),
+        "existing": list(run.eval_cases.values_list("name", flat=True)),
+    }
+    status = 400 if refusal or request.method == "POST" else 200
+    return render(request, "evals/add.html", context, status=status)
