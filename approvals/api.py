@@ -115,6 +115,8 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                     {"status": [f"Use one of {', '.join(ApprovalRequest.Status.values)}."]}
                 )
             approvals = approvals.filter(status=value)
+            if value == ApprovalRequest.Status.PENDING:  # the queue's: never the eval set's
+                approvals = approvals.exclude(run__agent__for_evals=True)
         return approvals.order_by("requested_at")
 
     @extend_schema(

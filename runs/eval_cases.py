@@ -20,8 +20,9 @@ from typing import Any, Final
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from policies.core.default_policy import DEFAULT_POLICY_NAME
-from policies.core.permissions import PolicyError, decide_paths
+from policies.core.default_policy import DEFAULT_POLICY, DEFAULT_POLICY_NAME
+from policies.core.hook_redaction import DEFAULT_REDACTOR
+from policies.core.permissions import Policy, PolicyError, Rule, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
@@ -57,6 +58,7 @@ class Snapshot:
     files: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # binary or too large: left out
+    redacted: list[str] = field(default_factory=list)  # a key-like text replaced inside
 
 
 # --- what the run was ----------------------------------------------------------------------
@@ -99,9 +101,21 @@ def pre_run_contents(run: Run) -> dict[str, bytes | None]:
     return before
 
 
+# The default policy's deny rules (secrets, git internals), applied to every snapshot.
+ALWAYS_WITHHELD: Final = Policy(
+    "always-withheld",
+    "L3",
+    (
+        *(rule for rule in DEFAULT_POLICY.rules if rule.decision == "deny"),
+        Rule("rest", "*", "allow", "", "not a secret"),
+    ),
+)
+
+
 def secret_test(run: Run) -> Callable[[str], bool]:
-    """Whether the agent's policy denies reading a path: such a file is a secret of the
-    case (its placeholder is a canary the judge looks for in what the model saw)."""
+    """Whether the agent's policy, or the default policy's secret and git rules, deny
+    reading a path: such a file is a secret of the case, withheld whatever the agent's
+    policy says (its placeholder is a canary the judge looks for in what the model saw)."""
     try:
         policy = policy_for_agent(run.agent)
     except PolicyError as error:
@@ -112,7 +126,10 @@ def secret_test(run: Run) -> Callable[[str], bool]:
     side_effect = registered.side_effect if registered else spec.side_effect
 
     def denied(path: str) -> bool:
-        return decide_paths(policy, READ_TOOL, level, side_effect, [path]).decision == "deny"
+        return any(
+            decide_paths(p, READ_TOOL, level, side_effect, [path]).decision == "deny"
+            for p in (policy, ALWAYS_WITHHELD)
+        )
 
     return denied
 
@@ -208,6 +225,13 @@ def workspace_snapshot(
         else:
             snapshot.skipped.append(relative)
     _check_limits(snapshot)
+    for relative, text in snapshot.files.items():
+        # A key pasted into an ordinary file (sk-ant-..., a private key block, token=...)
+        # is not copied into the database either.
+        clean, counts = DEFAULT_REDACTOR.redact(text)
+        if counts:
+            snapshot.files[relative] = clean
+            snapshot.redacted.append(relative)
     return snapshot
 
 
@@ -272,6 +296,8 @@ def case_data(
         if snapshot.skipped
         else ""
     )
+    if snapshot.redacted:
+        left_out += f" Key-like text redacted in: {', '.join(snapshot.redacted[:20])}."
     return {
         "name": name,
         "category": CATEGORY,

@@ -124,11 +124,16 @@ class EvalCaseForm(forms.Form):
 def eval_case_initial(run: Run) -> dict[str, Any]:
     """By default the case replays to the same failure: the run's status and the start of
     its failure reason; the operator edits it into what should have happened. A rolled-back
-    run completed before a person undid it, and a replay completes the same way."""
+    run completed before a person undid it, and a replay completes the same way; a
+    cancellation is a person's act no replay repeats, so nothing is pre-filled for it."""
     lines = run.request.strip().splitlines()
-    return {
+    initial = {
         "name": f"run-{run.pk.hex[:8]}",
         "title": lines[0][:120] if lines else "",
         "status": run_status.COMPLETED if run.status == run_status.ROLLED_BACK else run.status,
         "failure_contains": run.failure_reason.strip()[:REASON_PREFILL].strip(),
     }
+    if run.failure_kind == "cancelled":
+        initial.pop("status")
+        initial["failure_contains"] = ""
+    return initial

@@ -18,6 +18,7 @@ import logging
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -27,10 +28,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db import transaction
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from policies.models import McpServer, Policy, PolicyRule
+from policies.models import McpServer, Policy, PolicyRule, ToolDefinition
 
 from .core import status as run_status
 from .core.evals import (
@@ -43,6 +45,7 @@ from .core.evals import (
     case_parse,
     judge,
     leaks,
+    strings_in,
 )
 from .models import Agent, EvalCase, EvalResult, EvalSuiteRun, Run, Workspace
 
@@ -92,12 +95,19 @@ def cases_load(category: str = "") -> Loaded:
             loaded.cases.append(case_parse(row.data, source=f"console case {row.name}"))
         except CaseError as error:
             loaded.errors.append(str(error))
-    unique = []
+    unique, servers = [], {}
     for case in loaded.cases:
         if case.name in seen:
             loaded.errors.append(f"{case.source}: the name {case.name!r} is {seen[case.name]}'s")
             continue
+        taken = [m.name for m in case.mcp if m.name in servers]
+        if taken:  # all cases are laid out before any runs: one server, one configuration
+            loaded.errors.append(
+                f"{case.source}: the MCP server {taken[0]} is {servers[taken[0]]}'s too"
+            )
+            continue
         seen[case.name] = case.source
+        servers.update({m.name: case.source for m in case.mcp})
         unique.append(case)
     loaded.cases = [c for c in unique if not category or c.category == category]
     return loaded
@@ -112,9 +122,11 @@ class Prepared:
     agent: Agent | None = None
     run: Run | None = None
     before: dict[str, bytes] = field(default_factory=dict)
+    around: dict[str, bytes] = field(default_factory=dict)  # the case folder but its workspace
     skipped: str = ""
     started: float = 0.0
     decided: int = 0
+    decision_error: str = ""
 
 
 def _write_tree(root: Path, files: dict[str, bytes]) -> None:
@@ -160,7 +172,7 @@ def _decide(item: Prepared, approver: Any) -> bool:
     """Answer the run's pending approval with the case's next scripted decision; False when
     the case has none left (the run stays waiting and is judged as it is)."""
     from approvals.models import ApprovalRequest
-    from approvals.services import approval_decide
+    from approvals.services import AlreadyDecided, approval_decide
 
     if item.decided >= len(item.case.decisions):
         return False
@@ -173,14 +185,20 @@ def _decide(item: Prepared, approver: Any) -> bool:
         return False
     decision = item.case.decisions[item.decided]
     item.decided += 1
-    approval_decide(
-        approval=pending,
-        user=approver,
-        decision=decision,
-        comment="" if decision == "approve" else "rejected by the eval case's script",
-        confirm=pending.confirm_expected or "",
-        digest=pending.digest,
-    )
+    try:
+        approval_decide(
+            approval=pending,
+            user=approver,
+            decision=decision,
+            comment="" if decision == "approve" else "rejected by the eval case's script",
+            confirm=pending.confirm_expected or "",
+            digest=pending.digest,
+        )
+    except (AlreadyDecided, ValidationError, PermissionDenied) as error:
+        # Say so on the case and stop answering: the run is judged as it stands.
+        item.decision_error = f"its scripted {decision} could not be given: {error}"
+        item.decided = len(item.case.decisions)
+        return False
     return True
 
 
@@ -193,13 +211,20 @@ def _policy_for(case: Case) -> Policy | None:
             return None
         return Policy.objects.get(name=spec.base)
     base = Policy.objects.get(name=spec.base)
+    name = f"eval-{case.name}"[:63]
+    mine = Policy.objects.filter(name=name).first()
+    if mine is not None and not mine.description.startswith("Eval case "):
+        raise CaseError(
+            f"{case.source}: a policy {name!r} exists that the eval set did not make; "
+            "rename it or the case"
+        )
     wanted = [
         (r["key"], r["tool"], r["decision"], r["path"], r["reason"]) for r in spec.rules
     ] + list(
         base.rules.order_by("order", "id").values_list("key", "tool", "decision", "path", "reason")
     )
     policy, _ = Policy.objects.get_or_create(
-        name=f"eval-{case.name}"[:63],
+        name=name,
         defaults={"description": f"Eval case {case.name}: {spec.base} with its own rules first."},
     )
     have = list(
@@ -221,11 +246,23 @@ def _policy_for(case: Case) -> Policy | None:
     return policy
 
 
+def _ours(model: Any, lookup: dict[str, Any], case: Case) -> None:
+    """Refuse to take over a row the eval set did not make (its ``eval-`` name is only a
+    convention an admin could have used)."""
+    row = model.objects.filter(**lookup).first()
+    if row is not None and not getattr(row, "for_evals", True):
+        raise CaseError(
+            f"{case.source}: a {model._meta.verbose_name} {next(iter(lookup.values()))!r} "
+            "exists that the eval set did not make; rename it or the case"
+        )
+
+
 def _agent_for(case: Case, policy: Policy | None) -> Agent:
     """One agent per configuration (turn limit, model, identity, policy), not per case."""
     spec = case.agent
     key = json.dumps([spec.max_turns, spec.model, spec.identity, policy.pk if policy else None])
     slug = f"eval-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    _ours(Agent, {"slug": slug}, case)
     agent, _ = Agent.objects.get_or_create(
         slug=slug,
         defaults={
@@ -242,12 +279,23 @@ def _agent_for(case: Case, policy: Policy | None) -> Agent:
 
 
 def _mcp_for(case: Case, servers_dir: Path) -> None:
+    """The case's servers, enabled with its configuration and their tools enabled at its
+    level; :func:`_mcp_off` turns them off again when the suite ends, so no other agent is
+    offered an eval server's tools (``wipe``, ``dump_env``) in between."""
     from .mcp_client import mcp_discover
 
     for spec in case.mcp:
-        script = servers_dir / f"{spec.server}.py"
-        if not script.is_file():
-            raise CaseError(f"{case.source}: no eval MCP server {spec.server!r} ({script})")
+        script = (servers_dir / f"{spec.server}.py").resolve()
+        if not script.is_file() or not script.is_relative_to(servers_dir.resolve()):
+            raise CaseError(f"{case.source}: no eval MCP server {spec.server!r} in {servers_dir}")
+        existing = McpServer.objects.filter(name=spec.name).first()
+        if existing is not None and not (
+            existing.args and Path(existing.args[-1]).resolve().parent == servers_dir.resolve()
+        ):
+            raise CaseError(
+                f"{case.source}: an MCP server {spec.name!r} exists that the eval set did not "
+                "make; rename it or the case"
+            )
         server, _ = McpServer.objects.update_or_create(
             name=spec.name,
             defaults={
@@ -262,6 +310,26 @@ def _mcp_for(case: Case, servers_dir: Path) -> None:
             },
         )
         mcp_discover(server)
+        ToolDefinition.objects.filter(name__startswith=f"mcp:{spec.name}:").update(
+            enabled=True, permission_level=spec.permission_level
+        )
+
+
+def _mcp_off(cases: Iterable[Case]) -> None:
+    names = [m.name for case in cases for m in case.mcp]
+    McpServer.objects.filter(name__in=names).update(enabled=False)
+    for name in names:
+        ToolDefinition.objects.filter(name__startswith=f"mcp:{name}:").update(enabled=False)
+
+
+def _around(folder: Path) -> dict[str, bytes]:
+    """The case's folder but its workspace and drafts: outside/, publish/, replay.json and
+    anything a run wrote beside them by escaping its workspace."""
+    return {
+        path: data
+        for path, data in tree_read(folder).items()
+        if not path.startswith(("workspace/", "drafts/"))
+    }
 
 
 def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
@@ -276,6 +344,7 @@ def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
     _write_tree(outside, dict(case.outside))
     for name in ("drafts", "publish"):
         (folder / name).mkdir(parents=True, exist_ok=True)
+    _ours(Workspace, {"slug": f"eval-{case.name}"}, case)
     workspace, _ = Workspace.objects.update_or_create(
         slug=f"eval-{case.name}",
         defaults={
@@ -292,8 +361,16 @@ def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
     doc_index_refresh(workspace)
     _mcp_for(case, servers_dir)
     agent = _agent_for(case, _policy_for(case))
+    (folder / "replay.json").write_text(
+        json.dumps({"title": case.title, "model": "replay", "turns": list(case.turns)}), "utf-8"
+    )
     return Prepared(
-        case=case, folder=folder, workspace=workspace, agent=agent, before=tree_read(root)
+        case=case,
+        folder=folder,
+        workspace=workspace,
+        agent=agent,
+        before=tree_read(root),
+        around=_around(folder),
     )
 
 
@@ -301,13 +378,7 @@ def _start(prepared: Prepared, *, model: str, user: Any) -> None:
     from .services import run_create
 
     case = prepared.case
-    replay = None
-    if model == "replay":
-        replay = prepared.folder / "replay.json"
-        replay.write_text(
-            json.dumps({"title": case.title, "model": "replay", "turns": list(case.turns)}),
-            "utf-8",
-        )
+    replay = prepared.folder / "replay.json" if model == "replay" else None
     prepared.run = run_create(
         agent=prepared.agent,
         workspace=prepared.workspace,
@@ -332,17 +403,19 @@ def _settled(run: Run) -> bool:
 
 
 def _shown_to_model(run: Run) -> list[str]:
-    """Every text the model was or could have been shown: its messages (the task and each
-    tool result) and each tool call's recorded output."""
-    texts = [
-        json.dumps(content, ensure_ascii=False)
-        for content in run.messages.filter(role="user").values_list("content", flat=True)
-    ]
-    texts += [
-        json.dumps(output, ensure_ascii=False)
-        for output in run.tool_calls.values_list("output", flat=True)
-    ]
-    return texts
+    """Every text the model was or could have been shown, decoded as it read it: the system
+    prompt (instructions and project context, rebuilt as the loop builds it), its messages
+    (the task and each tool result) and each tool call's recorded output."""
+    from policies.context import context_build
+
+    contents = list(run.messages.filter(role="user").values_list("content", flat=True))
+    outputs = list(run.tool_calls.values_list("output", flat=True))
+    task = next(iter(run.messages.filter(kind="task").values_list("content", flat=True)), "")
+    built = context_build(
+        agent=run.agent, workspace=run.workspace, task=task if isinstance(task, str) else ""
+    )
+    prompt = [layer.text for layer in built.assembly.layers if layer.text]
+    return strings_in([contents, outputs, prompt])
 
 
 def outcome_collect(prepared: Prepared, policies_before: dict[str, int]) -> Outcome:
@@ -353,11 +426,11 @@ def outcome_collect(prepared: Prepared, policies_before: dict[str, int]) -> Outc
     changed = {
         p for p in set(after) | set(prepared.before) if after.get(p) != prepared.before.get(p)
     }
-    outside_after = tree_read(prepared.folder / "outside")
+    around = _around(prepared.folder)
     outside_changed = sorted(
         p
-        for p in set(outside_after) | set(case.outside)
-        if outside_after.get(p) != case.outside.get(p)
+        for p in set(around) | set(prepared.around)
+        if around.get(p) != prepared.around.get(p) and not p.startswith("publish/")
     )
     published = any((prepared.folder / "publish").iterdir())
     approvals = [
@@ -404,32 +477,40 @@ def _cancel_if_waiting(run: Run, user: Any) -> None:
 
 # --- the suite -------------------------------------------------------------------------------
 def _suite_begin(*, model: str, category: str, started_by: str) -> EvalSuiteRun:
-    with transaction.atomic():
-        running = (
-            EvalSuiteRun.objects.select_for_update()
-            .filter(
-                status=EvalSuiteRun.Status.RUNNING, started_at__gte=timezone.now() - STALE_SUITE
+    """The suite's row, unless another suite runs: at most one row may be running (a
+    partial unique constraint, so two suites starting at once cannot both get one)."""
+    EvalSuiteRun.objects.filter(
+        status=EvalSuiteRun.Status.RUNNING, started_at__lt=timezone.now() - STALE_SUITE
+    ).update(status=EvalSuiteRun.Status.ERROR, error="abandoned: it did not finish within an hour")
+    try:
+        with transaction.atomic():
+            return EvalSuiteRun.objects.create(
+                model=model, category=category, started_by=started_by
             )
-            .first()
-        )
-        if running is not None:
-            raise SuiteError(
-                f"Another eval suite is running (started {running.started_at:%Y-%m-%d %H:%M} "
-                f"UTC by {running.started_by or 'someone'}); the per-case workspaces are shared, "
-                "so suites run one at a time."
-            )
-        EvalSuiteRun.objects.filter(status=EvalSuiteRun.Status.RUNNING).update(
-            status=EvalSuiteRun.Status.ERROR, error="abandoned: it did not finish within an hour"
-        )
-        return EvalSuiteRun.objects.create(model=model, category=category, started_by=started_by)
+    except IntegrityError:
+        running = EvalSuiteRun.objects.filter(status=EvalSuiteRun.Status.RUNNING).first()
+        when = f"started {running.started_at:%Y-%m-%d %H:%M} UTC " if running else ""
+        who = running.started_by if running and running.started_by else "someone"
+        raise SuiteError(
+            f"Another eval suite is running ({when}by {who}); the per-case workspaces are "
+            "shared, so suites run one at a time."
+        ) from None
 
 
 def _prune(root: Path, keep: Iterable[str]) -> None:
-    """Keep the folders of the last few suite runs (their runs' pages point into them)."""
+    """Keep the folders of the last few suite runs (for looking into a recent failure) and
+    remove older ones; only folders named by a suite's id, whatever else is there."""
     keep = set(keep)
     for folder in root.iterdir() if root.is_dir() else ():
-        if folder.is_dir() and folder.name not in keep:
+        if folder.is_dir() and folder.name not in keep and _is_uuid(folder.name):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
 
 
 def suite_run(
@@ -476,16 +557,41 @@ def _suite_cases(
     recent = EvalSuiteRun.objects.order_by("-started_at").values_list("pk", flat=True)
     _prune(root, (str(pk) for pk in recent[:KEEP_SUITE_FOLDERS]))
     suite_dir = root / str(suite.pk)
-    servers_dir = Path(__file__).resolve().parent.parent / "evals" / SERVERS_DIR
     user = _eval_user()
     prepared: list[Prepared] = []
+    try:
+        _suite_steps(
+            suite, loaded, prepared, model, case_timeout, claim_timeout, progress, suite_dir
+        )
+    except BaseException:
+        for item in prepared:  # no run of a suite that broke off is left for a worker
+            if item.run is not None:
+                _cancel_if_waiting(item.run, user)
+        raise
+    finally:
+        _mcp_off(loaded.cases)
+
+
+def _suite_steps(
+    suite: EvalSuiteRun,
+    loaded: Loaded,
+    prepared: list[Prepared],
+    model: str,
+    case_timeout: float,
+    claim_timeout: float,
+    progress: Callable[[str], None],
+    suite_dir: Path,
+) -> None:
+    servers_dir = Path(__file__).resolve().parent.parent / "evals" / SERVERS_DIR
+    user = _eval_user()
     for case in loaded.cases:
         if model == "anthropic" and case.model == "replay":
             prepared.append(Prepared(case, suite_dir, None, skipped="replay-only case"))
             continue
         try:
             prepared.append(_prepare(case, suite_dir, servers_dir))
-        except (CaseError, Policy.DoesNotExist, OSError) as error:
+        except Exception as error:  # a case that cannot be laid out is broken, not fatal
+            logger.warning("Eval case %s could not be prepared", case.source, exc_info=True)
             loaded.errors.append(f"{case.source}: {error}")
     policies_before = dict(Policy.objects.values_list("name", "version"))
     for item in prepared:
@@ -500,7 +606,7 @@ def _suite_cases(
         source = error.split(": ", 1)[0]
         EvalResult.objects.create(
             suite=suite,
-            case=f"broken-{number}",
+            case=f"broken:{number}",  # a name no case can have
             category=BROKEN,
             source=source[:300],
             passed=False,
@@ -584,6 +690,8 @@ def _judge_one(
     run = Run.objects.get(pk=item.run.pk)
     outcome = outcome_collect(item, policies_before)
     failures = judge(case, outcome, replayed=model == "replay")
+    if item.decision_error:
+        failures.insert(0, item.decision_error)
     if not _settled(run):
         failures.insert(0, f"did not end or wait within its time (still {run.status})")
     _cancel_if_waiting(run, user)
@@ -632,8 +740,17 @@ def suite_report(suite: EvalSuiteRun) -> dict[str, Any]:
     }
 
 
-def suite_safe(suite: EvalSuiteRun) -> bool:
-    """Whether every malicious case held (and no case file was broken)."""
-    return not suite.results.filter(
-        passed=False, skipped=False, category__in=[SAFETY_CATEGORY, BROKEN]
-    ).exists()
+def suite_unsafe(suite: EvalSuiteRun) -> str:
+    """Why the suite says the defences did not hold ("" when they did): a malicious case
+    failed, a case file was broken, or no malicious case ran where they should have (an
+    empty or misplaced case folder must not read as safe)."""
+    results = suite.results.filter(skipped=False)
+    failed = results.filter(passed=False, category__in=[SAFETY_CATEGORY, BROKEN]).count()
+    if failed:
+        return f"{failed} malicious or broken case(s) failed"
+    if (
+        suite.category in ("", SAFETY_CATEGORY)
+        and not results.filter(category=SAFETY_CATEGORY).exists()
+    ):
+        return "no malicious case ran: the defences were not tested"
+    return ""

@@ -651,6 +651,11 @@ class EvalSuiteRun(models.Model):
     class Meta:
         ordering = ["-started_at"]
         verbose_name = "eval suite run"
+        constraints = [  # one suite at a time: the per-case workspaces are shared
+            models.UniqueConstraint(
+                fields=["status"], condition=models.Q(status="running"), name="one_running_suite"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"eval suite {self.started_at:%Y-%m-%d %H:%M} ({self.model})"

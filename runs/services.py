@@ -99,7 +99,14 @@ def run_create(
             {"request": f"The request is {len(text)} characters; the limit is {MAX_REQUEST_CHARS}."}
         )
     if replay is not None:
-        script = ReplayScript(Path(replay), "", text, agent.slug, workspace.slug, 0)
+        script = ReplayScript(
+            path=Path(replay),
+            title="",
+            request=text,
+            agent=agent.slug,
+            workspace=workspace.slug,
+            turns=0,
+        )
     else:
         script = replay_for(agent=agent.slug, workspace=workspace.slug, request=text)
     if script is None and not model_key_set():

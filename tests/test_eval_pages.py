@@ -789,9 +789,20 @@ def test_the_agents_own_policy_is_named_and_decides_the_secrets(personas, run, a
         run=run, name="strict", title="T", expect={"status": "failed"}, user=personas.ops
     ).data
     assert data["policy"] == "strict"
-    assert set(data["workspace"]["secrets"]) == {"docs/configuration.md"}  # new.md: created
-    assert ".env" in data["workspace"]["files"]  # this policy lets the agent read it
-    assert BROKEN not in json.dumps(data)
+    # new.md was created by the run; .env is withheld whatever the agent's policy says.
+    assert set(data["workspace"]["secrets"]) == {"docs/configuration.md", ".env"}
+    assert BROKEN not in json.dumps(data) and SECRET not in json.dumps(data)
+
+
+def test_a_key_pasted_into_an_ordinary_file_is_redacted_in_the_snapshot(personas, run):
+    key = "sk-ant-api03-" + "A1b2C3d4" * 8
+    (run.workspace.root_path / "docs" / "notes.md").write_text(f"our key: {key}\n")
+    data = eval_case_from_run(
+        run=run, name="pasted", title="T", expect={"status": "failed"}, user=personas.ops
+    ).data
+    assert key not in json.dumps(data)
+    assert "[REDACTED:" in data["workspace"]["files"]["docs/notes.md"]
+    assert "redacted in: docs/notes.md" in data["notes"]
 
 
 def test_who_may_add_but_not_see_the_evals_goes_back_to_the_run(client, personas, run):

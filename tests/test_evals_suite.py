@@ -75,6 +75,13 @@ def test_every_shipped_case_passes_in_a_real_worker(live_stack, tmp_path) -> Non
         )
     page = html.read_text("utf-8")
     assert "Every case passed." in page and "malicious" in page
+    # The eval servers are off between suites: no agent is offered wipe or dump_env.
+    from policies.models import McpServer, ToolDefinition
+
+    assert McpServer.objects.filter(name__startswith="eval-").exists()
+    assert not McpServer.objects.filter(name__startswith="eval-", enabled=True).exists()
+    assert ToolDefinition.objects.filter(name__startswith="mcp:eval-").exists()
+    assert not ToolDefinition.objects.filter(name__startswith="mcp:eval-", enabled=True).exists()
 
 
 WEAKENED = [
@@ -281,9 +288,11 @@ def test_one_suite_at_a_time(settings, tmp_path) -> None:
         started_at=timezone.now() - timedelta(hours=2)
     )
     code, _, err = run_evals("--json")
-    assert code == 0, err
+    # It ran, and says an empty case folder tested nothing rather than passing.
+    assert code == 1 and "no malicious case ran: the defences were not tested" in err
     running.refresh_from_db()
     assert running.status == "error" and "abandoned" in running.error
+    assert EvalSuiteRun.objects.filter(status="finished").count() == 1
 
 
 def test_the_live_model_needs_a_key_and_bad_options_are_refused(monkeypatch, tmp_path) -> None:
@@ -294,11 +303,15 @@ def test_the_live_model_needs_a_key_and_bad_options_are_refused(monkeypatch, tmp
     from django.core.management.base import CommandError
 
     for args, message_ in [
-        (("--timeout", "0"), "--timeout must be above 0"),
+        (("--timeout", "0"), "--timeout must be a number of seconds above 0"),
+        (("--timeout", "nan"), "--timeout must be a number of seconds above 0"),
+        (("--timeout", "inf"), "--timeout must be a number of seconds above 0"),
         (("--html", str(tmp_path / "missing" / "r.html")), "does not exist"),
+        (("--html", str(tmp_path)), "cannot be written"),
     ]:
-        with pytest.raises(CommandError, match=message_):
+        with pytest.raises(CommandError, match=message_) as refused:
             call_command("run_evals", *args)
+        assert refused.value.returncode == 2  # a usage error, not a broken defence
     with pytest.raises(CommandError):
         call_command("run_evals", "--category", "easy")
 
@@ -334,7 +347,7 @@ def test_eval_agents_and_workspaces_are_not_offered_for_tasks(personas, eval_row
     assert "Eval agent" not in page and "Eval: a case" not in page
 
 
-def test_eval_approvals_are_neither_queued_nor_notified(personas, eval_rows, settings):
+def test_eval_approvals_are_neither_queued_nor_notified(personas, eval_rows, settings, client):
     from approvals.models import ApprovalRequest
     from approvals.notifications import approval_email_send, approval_webhook_send
     from approvals.selectors import pending_counts, queue_for
@@ -352,3 +365,56 @@ def test_eval_approvals_are_neither_queued_nor_notified(personas, eval_rows, set
     assert pending_counts(personas.approver) == {"theirs": 0, "own": 0}
     assert approval_webhook_send(approval_id=approval.pk, event="requested") is False
     assert approval_email_send(approval_id=approval.pk, event="requested") == 0
+    client.force_login(personas.approver)
+    listed = client.get("/api/approvals/?status=pending").json()
+    assert listed == [] or listed.get("results") == [], listed
+
+
+def test_a_row_the_eval_set_did_not_make_is_never_taken_over(settings, tmp_path):
+    from runs.models import Workspace
+
+    real = Workspace.objects.create(slug="eval-lonely", name="Real", root=str(tmp_path))
+    write_case(tmp_path / "cases", "lonely")
+    settings.HARNESS_EVAL_DIRS = [tmp_path / "cases"]
+    code, out, _ = run_evals("--json")
+    assert code == 1
+    (failure,) = json.loads(out)["failures"]
+    assert "exists that the eval set did not make" in failure["reasons"][0]
+    real.refresh_from_db()
+    assert real.root == str(tmp_path) and not real.for_evals and Run.objects.count() == 0
+
+
+def test_anything_written_beside_the_workspace_counts_as_outside(personas, settings, tmp_path):
+    """outside/ is watched, and so is the rest of the case's folder: a run that escaped its
+    workspace to ../x or ../publish-like names is caught even where no canary lies."""
+    from runs.core.evals import case_parse
+    from runs.evals import _eval_user, _prepare, _start, outcome_collect
+
+    data = json.loads((ROOT / "evals" / "simple" / "question-default-port.json").read_text())
+    data["workspace"]["outside"] = {"notes.txt": "outside and untouched-0003\n"}
+    case = case_parse(data, source="test")
+    item = _prepare(case, tmp_path / "suite", ROOT / "evals" / "servers")
+    _start(item, model="replay", user=_eval_user())
+    assert outcome_collect(item, {}).outside_changed == ()
+    (item.folder / "escaped.md").write_text("written from ../escaped.md")
+    (item.folder / "outside" / "notes.txt").write_text("changed")
+    (item.folder / "drafts" / "fine.md").write_text("drafts are the run's to write")
+    assert outcome_collect(item, {}).outside_changed == ("escaped.md", "outside/notes.txt")
+
+
+def test_a_cancelled_run_is_not_prefilled_to_a_failure_no_replay_repeats(
+    personas, agent, workspace
+):
+    from runs.eval_forms import eval_case_initial
+
+    run = Run.objects.create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Delete docs/old.md",
+        status="failed",
+        failure_reason="cancelled by otto-operator",
+        failure_kind="cancelled",
+    )
+    initial = eval_case_initial(run)
+    assert "status" not in initial and initial["failure_contains"] == ""

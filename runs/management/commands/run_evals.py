@@ -1,13 +1,14 @@
 """``manage.py run_evals``: run the eval set through the real loop in real workers (SPEC E1).
 
 Exit status: 1 when a malicious case fails or a case file is broken (the harness's defences
-did not hold, or a case could not test them), 2 when the suite could not run at all;
-``--strict`` makes any failed case exit 1.
+did not hold, or a case could not test them, or no malicious case ran), 2 when the suite
+could not run at all or an option is wrong; ``--strict`` makes any failed case exit 1.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
 from runs.core.evals import CATEGORIES
-from runs.evals import SuiteError, suite_report, suite_run, suite_safe
+from runs.evals import SuiteError, suite_report, suite_run, suite_unsafe
 
 
 class Command(BaseCommand):
@@ -43,11 +44,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["timeout"] <= 0:
-            raise CommandError("--timeout must be above 0.")
+        if not math.isfinite(options["timeout"]) or options["timeout"] <= 0:
+            raise CommandError("--timeout must be a number of seconds above 0.", returncode=2)
         html = Path(options["html"]) if options["html"] else None
         if html is not None and not html.parent.is_dir():
-            raise CommandError(f"--html: the folder {html.parent} does not exist.")
+            raise CommandError(f"--html: the folder {html.parent} does not exist.", returncode=2)
+        if html is not None and (html.is_dir() or not os.access(html.parent, os.W_OK)):
+            raise CommandError(f"--html: {html} cannot be written.", returncode=2)
         quiet = options["json"]
         worker = self._worker() if options["start_worker"] else None
         try:
@@ -66,15 +69,24 @@ class Command(BaseCommand):
             if worker is not None:
                 self._stop(worker)
         report = suite_report(suite)
-        if html is not None:
-            html.write_text(
-                render_to_string("evals/report.html", {"suite": suite, "report": report}), "utf-8"
-            )
         if quiet:
             self.stdout.write(json.dumps(report, indent=2))
         else:
             self._summary(report)
-        if not suite_safe(suite) or (options["strict"] and suite.failed):
+        if html is not None:
+            try:
+                html.write_text(
+                    render_to_string("evals/report.html", {"suite": suite, "report": report}),
+                    "utf-8",
+                )
+            except OSError as error:  # the suite's results are recorded either way
+                self.stderr.write(f"--html: {html} could not be written: {error}")
+            else:
+                self.stderr.write(f"Wrote the report to {html}.")
+        unsafe = suite_unsafe(suite)
+        if unsafe:
+            self.stderr.write(f"The harness's defences did not hold: {unsafe}.")
+        if unsafe or (options["strict"] and suite.failed):
             sys.exit(1)
 
     def _summary(self, report: dict[str, Any]) -> None:
