@@ -105,6 +105,8 @@ class HistoryFilterForm(forms.Form):
             requests = requests.filter(decided_by__username__icontains=decided_by)
         if agent := (cleaned.get("agent") or "").strip():
             requests = requests.filter(run__agent__slug=agent)
+        else:  # the eval set's scripted decisions: on its agents' pages, not in everyone's
+            requests = requests.exclude(run__agent__for_evals=True)
         if kind := cleaned.get("kind") or "":
             requests = requests.filter(kind=kind)
         if "__all__" not in self.errors:

@@ -80,7 +80,9 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     user = request.user
     if not may_review(user):
         raise PermissionDenied("Only approvers open the approval queue.")
-    agents = list(Agent.objects.order_by("name").values_list("slug", "name"))
+    agents = list(
+        Agent.objects.filter(for_evals=False).order_by("name").values_list("slug", "name")
+    )
     form = QueueFilterForm(request.GET, agent_slugs=[slug for slug, _name in agents])
     filters = form.filters()
     pending = queue_for(user, **filters).only(*QUEUE_COLUMNS)

@@ -23,6 +23,8 @@ from .core.failures import LABELS as FAILURE_LABELS
 from .models import Agent, DailyRollup, DailyTotal, Run, Workspace
 from .rollups import day_of
 
+EVAL_POLICY_PREFIX = "eval-"
+
 WINDOWS = (7, 30)
 OUTCOMES = (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK)
 WORKING = (run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
@@ -78,7 +80,10 @@ def retro_figures(
         totals = DailyTotal.objects.filter(day__gte=span[0], day__lte=span[-1])
         for day, data in totals.values_list("day", "data"):
             daily[index[day]] = data
-        per_agent = cells.values_list("day", "agent_id", "data__models")
+        # The day totals leave the eval set's runs out; so does the cost by agent.
+        per_agent = cells.exclude(agent_id__in=eval_agents()).values_list(
+            "day", "agent_id", "data__models"
+        )
     else:
         if agent_id is not None:
             cells = cells.filter(agent_id=agent_id)
@@ -194,6 +199,8 @@ def changes_between(first: date, last: date, *, agent_id: int | None = None) -> 
             from policies.core.default_policy import DEFAULT_POLICY_NAME
 
             policies = policies.filter(policy__name=DEFAULT_POLICY_NAME)
+    else:  # the eval set's own policies (runs.evals names them eval-<case>) are its business
+        policies = policies.exclude(policy__name__startswith=EVAL_POLICY_PREFIX)
     marks = [
         {"at": c.created_at, "kind": "policy", "label": f"policy {c.policy.name} v{c.version}"}
         for c in policies.select_related("policy")[:200]
@@ -223,11 +230,22 @@ class Ops:
     stuck_after: int  # seconds
 
 
+def eval_agents() -> list[int]:
+    """The eval set's agents: their runs are the eval set's traffic, shown on the evals
+    page, never in the operations figures or the unfiltered retrospective."""
+    return list(Agent.objects.filter(for_evals=True).values_list("pk", flat=True))
+
+
+def real_runs() -> Any:
+    return Run.objects.exclude(agent_id__in=eval_agents())
+
+
 def runs_by_active_status() -> dict[str, int]:
     """Runs in each live state now, zeros included (few rows, by the status index)."""
     live = dict.fromkeys(sorted(run_status.ACTIVE, key=run_status.STATUSES.index), 0)
     for status, n in (
-        Run.objects.filter(status__in=run_status.ACTIVE)
+        real_runs()
+        .filter(status__in=run_status.ACTIVE)
         .order_by()
         .values_list("status")
         .annotate(n=Count("pk"))
@@ -242,11 +260,12 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
     now = now or timezone.now()
     stuck_after = stuck_after or settings.HARNESS_STUCK_AFTER_SECONDS
     live = runs_by_active_status()
+    runs = real_runs()
     day_ago, hour_ago = now - timedelta(days=1), now - timedelta(hours=1)
     finished = dict.fromkeys(OUTCOMES, 0)
     hour = dict.fromkeys(OUTCOMES, 0)
     rows = (
-        Run.objects.filter(finished_at__gte=day_ago, finished_at__lte=now)
+        runs.filter(finished_at__gte=day_ago, finished_at__lte=now)
         .order_by()
         .values_list("status")
         .annotate(n=Count("pk"), last_hour=Count("pk", filter=Q(finished_at__gte=hour_ago)))
@@ -255,7 +274,9 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
         finished[status] = finished.get(status, 0) + n
         hour[status] = hour.get(status, 0) + in_hour
     ended = sum(hour.values())
-    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).exclude(
+        run__agent_id__in=eval_agents()
+    )
     oldest = pending.order_by("requested_at").values("id", "run_id", "requested_at").first()
     failures = [
         {
@@ -266,7 +287,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             "reason": r["failure_reason"],
             "finished_at": r["finished_at"],
         }
-        for r in Run.objects.filter(status=run_status.FAILED, finished_at__isnull=False)
+        for r in runs.filter(status=run_status.FAILED, finished_at__isnull=False)
         .order_by("-finished_at")
         .values("id", "agent__slug", "failure_kind", "failure_reason", "finished_at")[
             :RECENT_FAILURES
@@ -281,7 +302,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             "last_event_at": r["last"] or r["created_at"],
             "seconds": int((now - (r["last"] or r["created_at"])).total_seconds()),
         }
-        for r in Run.objects.filter(status__in=WORKING)
+        for r in runs.filter(status__in=WORKING)
         .annotate(last=Max("events__created_at"))
         .filter(Q(last__lt=cutoff) | Q(last__isnull=True, created_at__lt=cutoff))
         .order_by("last", "created_at")
@@ -304,7 +325,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             }
         ),
         last_hour={
-            "started": Run.objects.filter(created_at__gte=hour_ago, created_at__lte=now).count(),
+            "started": runs.filter(created_at__gte=hour_ago, created_at__lte=now).count(),
             "finished": ended,
             **hour,
             "error_rate": hour[run_status.FAILED] / ended if ended else None,

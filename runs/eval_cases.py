@@ -69,6 +69,12 @@ def eval_case_refusal(run: Run) -> str:
             f"Only a failed or rolled-back run can be added to the eval set; this one is "
             f"{run.get_status_display()}."
         )
+    if run.agent.for_evals:
+        case = run.eval_results.values_list("case", flat=True).first()
+        return (
+            f"This run is the eval set's own (case {case or 'unknown'}); that case is in the "
+            "set already."
+        )
     if not run.messages.filter(kind="assistant").exists():
         return NO_TURNS
     return ""

@@ -139,6 +139,8 @@ def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
     cell = cell_locked(DailyRollup, day, run.agent_id, run.workspace_id)
     cell.data = rollup.merge(cell.data, change, sign)
     cell.save(update_fields=["data", "updated_at"])
+    if run.agent.for_evals:
+        return  # the eval set's runs have their own cells, and stay out of the day totals
     total = total_locked(DailyTotal, day)
     total.data = rollup.merge(total.data, change, sign)
     total.save(update_fields=["data", "updated_at"])
@@ -197,6 +199,7 @@ def reconcile_day(
     approval_model: Any,
     rollup_model: Any,
     total_model: Any = None,  # None: before totals existed (an older data migration)
+    left_out: Iterable[Any] = (),  # agents whose cells the total leaves out: the eval set's
 ) -> int:
     """Make ``day``'s cells and total equal the raw rows; returns how many were wrong.
 
@@ -230,7 +233,8 @@ def reconcile_day(
             cell.delete()
         if total_model is None:
             return fixed
-        whole = rollup.total(truth.values())
+        skip = set(left_out)
+        whole = rollup.total(data for (agent, _), data in truth.items() if agent not in skip)
         total = total_locked(total_model, day)
         if not rollup.same(total.data, whole):
             fixed += 1
@@ -243,8 +247,9 @@ def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
     from approvals.models import ApprovalRequest
 
-    from .models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
+    from .models import Agent, DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 
+    left_out = set(Agent.objects.filter(for_evals=True).values_list("pk", flat=True))
     if days is None:
         today = day_of(timezone.now())
         days = (today - timedelta(days=1), today)
@@ -258,6 +263,7 @@ def rollups_reconcile(days: Iterable[date] | None = None) -> int:
             approval_model=ApprovalRequest,
             rollup_model=DailyRollup,
             total_model=DailyTotal,
+            left_out=left_out,
         )
     if fixed:
         logger.info("Reconciliation rewrote %d rollup cells from the raw rows.", fixed)

@@ -38,9 +38,12 @@ FIELDS = (
     "tool_status",
     "approval",
     "verification",
+    "evals",
 )
 # The filters the list's form shows as selects; the others ride along as hidden fields.
-SELECTS = ("status", "agent", "workspace", "requester")
+SELECTS = ("status", "agent", "workspace", "requester", "evals")
+# The eval set's runs: left out unless asked for (or an eval agent or workspace is named).
+EVALS = ("include", "only")
 DAY_FIELDS = ("finished", "finished_from", "finished_to")
 # The rollups count timeouts among a tool's errors (runs.core.rollup.ERROR_STATUSES).
 TOOL_STATUSES: dict[str, tuple[str, ...]] = {
@@ -99,6 +102,7 @@ def run_filters_check(filters: Mapping[str, str]) -> dict[str, date]:
         raise BadFilter("tool_status needs a tool: say which tool's calls to look at.")
     _one_of(filters, "approval", APPROVALS, "approval filter")
     _one_of(filters, "verification", VERIFICATIONS, "verification result")
+    _one_of(filters, "evals", EVALS, "evals choice")
     for name in ("agent", "workspace", "requester", "model", "tool"):
         if len(filters.get(name, "")) > MAX_NAME:
             raise BadFilter(f"{name} is too long to be a name ({MAX_NAME} characters at most).")
@@ -134,6 +138,13 @@ def runs_filtered(runs: QuerySet, filters: Mapping[str, str]) -> QuerySet:
     exact = {"status": "status", "agent": "agent__slug", "workspace": "workspace__slug"}
     exact |= {"requester": "requester__username", "verification": "verification__result"}
     runs = runs.filter(**{f: filters[name] for name, f in exact.items() if filters.get(name)})
+    if filters.get("evals") == "only":
+        runs = runs.filter(agent__for_evals=True)
+    elif filters.get("evals") != "include" and not (
+        filters.get("agent") or filters.get("workspace")
+    ):
+        # Named by agent or workspace, a list holds just what was named, eval set or not.
+        runs = runs.exclude(agent__for_evals=True)
     if day := days.get("finished"):
         start, end = day_bounds(day)
         runs = runs.filter(finished_at__gte=start, finished_at__lt=end)

@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -46,6 +47,14 @@ PAGE_SIZE = 50
 TIMELINE_LIMIT = 1000
 
 
+def _listed(rows: Any, filters: dict[str, str], name: str) -> Any:
+    """The filter's choices: the eval set's own only when its runs are shown (or one of
+    them is the current choice)."""
+    if filters.get("evals"):
+        return rows
+    return rows.filter(Q(for_evals=False) | Q(slug=filters.get(name, "")))
+
+
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     """Runs, newest first, narrowed by the filters of runs.run_filters: the dashboards link
@@ -57,8 +66,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "status": filters["status"],
         "statuses": run_status.STATUSES,
-        "agents": Agent.objects.order_by("name"),
-        "workspaces": Workspace.objects.order_by("name"),
+        "agents": _listed(Agent.objects.order_by("name"), filters, "agent"),
+        "workspaces": _listed(Workspace.objects.order_by("name"), filters, "workspace"),
         "requesters": get_user_model()
         .objects.filter(runs__isnull=False)
         .distinct()

@@ -402,6 +402,106 @@ def test_anything_written_beside_the_workspace_counts_as_outside(personas, setti
     assert outcome_collect(item, {}).outside_changed == ("escaped.md", "outside/notes.txt")
 
 
+def eval_and_real_runs(personas, eval_rows, agent, workspace):
+    """A real run and an eval run, both failed today, through the real transition (so
+    each is counted in the rollups as runs are)."""
+    from runs.evals import _eval_user
+    from runs.services import run_transition
+
+    eval_agent, space = eval_rows
+    runs = []
+    for who, on, by in ((agent, workspace, personas.operator), (eval_agent, space, _eval_user())):
+        run = Run.objects.create(agent=who, workspace=on, requester=by, request="x")
+        run_transition(run_id=run.pk, to="failed", failure_reason="model call failed: down")
+        runs.append(Run.objects.get(pk=run.pk))
+    return runs
+
+
+def test_the_runs_list_leaves_the_eval_set_out_unless_asked(
+    personas, eval_rows, agent, workspace, client
+):
+    real, eval_run = eval_and_real_runs(personas, eval_rows, agent, workspace)
+    client.force_login(personas.ops)
+
+    def listed(query: str = "") -> tuple[bool, bool]:
+        response = client.get(f"/runs/{query}")
+        assert response.status_code == 200, response.content
+        html = response.content.decode()
+        return str(real.pk) in html, str(eval_run.pk) in html
+
+    assert listed() == (True, False)
+    assert listed("?evals=include") == (True, True)
+    assert listed("?evals=only") == (False, True)
+    assert listed(f"?agent={eval_rows[0].slug}") == (False, True)
+    assert listed(f"?workspace={eval_rows[1].slug}") == (False, True)
+    assert "Eval agent" not in client.get("/runs/").content.decode()
+    assert "Eval agent" in client.get("/runs/?evals=include").content.decode()
+    bad = client.get("/runs/?evals=maybe")
+    assert bad.status_code == 400 and "Unknown evals choice" in bad.content.decode()
+
+
+def test_operations_figures_and_day_totals_leave_the_eval_set_out(
+    personas, eval_rows, agent, workspace
+):
+    from runs.dashboards import ops_figures, retro_figures
+    from runs.models import DailyRollup, DailyTotal
+    from runs.rollups import day_of, rollups_reconcile
+
+    real, _ = eval_and_real_runs(personas, eval_rows, agent, workspace)
+    ops = ops_figures()
+    assert ops.finished_24h["failed"] == 1
+    assert [f["run_id"] for f in ops.recent_failures] == [real.pk]
+    day = day_of(real.finished_at)
+    # Each has its cell (the evals' agent can be looked at on its own) ...
+    assert DailyRollup.objects.filter(day=day).count() == 2
+    # ... but the day's total, the unfiltered retrospective, holds the real run only.
+    assert DailyTotal.objects.get(day=day).data["runs"]["failed"] == 1
+    rollups_reconcile([day])
+    assert DailyTotal.objects.get(day=day).data["runs"]["failed"] == 1
+    assert sum(sum(v) for v in retro_figures(days=7).runs.values()) == 1
+    assert sum(sum(v) for v in retro_figures(days=7, agent_id=eval_rows[0].pk).runs.values()) == 1
+    assert [slug for slug, _model in retro_figures(days=7).cost] in ([], [agent.slug])
+
+
+def test_the_approval_history_and_filters_leave_the_eval_set_out(
+    personas, eval_rows, agent, workspace, client
+):
+    from approvals.models import ApprovalRequest
+
+    real, eval_run = eval_and_real_runs(personas, eval_rows, agent, workspace)
+    for run, tool in ((real, "publish"), (eval_run, "deleteFile")):
+        ApprovalRequest.objects.create(
+            run=run, kind="tool_call", tool=tool, tool_use_id="t", status="rejected"
+        )
+    client.force_login(personas.approver)
+    history = client.get("/approvals/history/").content.decode()
+    assert "publish" in history and "deleteFile" not in history
+    named = client.get(f"/approvals/history/?agent={eval_rows[0].slug}").content.decode()
+    assert "deleteFile" in named
+    assert "Eval agent" not in client.get("/approvals/").content.decode()
+
+
+def test_the_eval_sets_policy_changes_are_not_marked_on_the_retrospective(db):
+    from datetime import date
+
+    from policies.models import PolicyChange
+    from runs.dashboards import changes_between
+
+    for name in ("eval-some-case", "strict"):
+        policy = Policy.objects.create(name=name, description="Eval case x")
+        PolicyChange.objects.create(policy=policy, version=2)
+    today = date.today()
+    labels = [m["label"] for m in changes_between(today, today)]
+    assert labels == ["policy strict v2"]
+
+
+def test_an_eval_run_is_not_added_to_the_eval_set_again(personas, eval_rows, agent, workspace):
+    from runs.eval_cases import eval_case_refusal
+
+    _, eval_run = eval_and_real_runs(personas, eval_rows, agent, workspace)
+    assert "the eval set's own" in eval_case_refusal(eval_run)
+
+
 def test_a_cancelled_run_is_not_prefilled_to_a_failure_no_replay_repeats(
     personas, agent, workspace
 ):
