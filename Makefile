@@ -43,9 +43,10 @@ test: $(STAMP) system-packages
 
 # The eval set (SPEC E1) against the offline replay, with a worker of its own: exits 1 when a
 # malicious case gets through. EVALS_ARGS="--category malicious --html var/evals.html".
+# Silent commands, so that `make -s evals EVALS_ARGS=--json` prints only the JSON.
 evals: $(STAMP)
-	$(PY) manage.py migrate_all --verbosity 0
-	$(PY) manage.py run_evals --start-worker $(EVALS_ARGS)
+	@$(PY) manage.py migrate_all --verbosity 0
+	@$(PY) manage.py run_evals --start-worker $(EVALS_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
