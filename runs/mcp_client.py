@@ -120,14 +120,22 @@ async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: st
 
 
 def _count_this_minute(server: McpServer, now: datetime) -> int:
-    """Shared by every process through the cache, per server name and minute."""
-    key = f"mcp-rate:{server.name}:{math.floor(now.timestamp() / 60)}"
-    cache.add(key, 0, timeout=120)
+    """The calls in the last sixty seconds before this one, shared by every process
+    through the cache: this minute's count plus the previous minute's weighted by how much
+    of it the last sixty seconds still cover (a sliding window). Counting calendar minutes
+    alone let twice the limit through across a minute's turn, a burst the eval set's
+    rate-limit case caught when its calls straddled one."""
+    minutes = now.timestamp() / 60
+    window = math.floor(minutes)
+    key = f"mcp-rate:{server.name}:{window}"
+    cache.add(key, 0, timeout=180)
     try:
-        return cache.incr(key) - 1  # the calls before this one
+        current = cache.incr(key) - 1  # the calls before this one
     except ValueError:  # evicted between add and incr: count this call as the first
-        cache.set(key, 1, timeout=120)
-        return 0
+        cache.set(key, 1, timeout=180)
+        current = 0
+    previous = cache.get(f"mcp-rate:{server.name}:{window - 1}") or 0
+    return current + math.ceil(previous * (1 - (minutes - window)))
 
 
 def mcp_run(
