@@ -100,16 +100,19 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class RunEventInline(admin.TabularInline):
-    model = RunEvent
-    fields = ("seq", "type", "payload", "created_at")
-    readonly_fields = fields
+class ReadOnlyInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class RunEventInline(ReadOnlyInline):
+    model = RunEvent
+    fields = ("seq", "type", "payload", "created_at")
+    readonly_fields = fields
 
 
 @admin.register(Run)
@@ -267,16 +270,10 @@ class EvalCaseAdmin(admin.ModelAdmin):
         return format_html("<pre>{}</pre>", json.dumps(obj.data, indent=2, ensure_ascii=False))
 
 
-class EvalResultInline(admin.TabularInline):
+class EvalResultInline(ReadOnlyInline):
     model = EvalResult
     fields = ("case", "category", "passed", "skipped", "failures", "run", "seconds")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(EvalSuiteRun)

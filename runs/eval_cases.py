@@ -29,7 +29,7 @@ from policies.permissions import policy_for_agent
 
 from .core import status as run_status
 from .core.evals import NAME_RE, CaseError, case_parse
-from .evals import cases_load
+from .evals import cases_load, console_source
 from .models import EvalCase, ModelCall, Run, WriteRecord
 from .services import run_event_append
 
@@ -339,7 +339,7 @@ def eval_case_from_run(
     eval_case_name_check(name)
     data = case_data(run=run, name=name, title=title, expect=expect, user=user)
     try:
-        case_parse(data, source=f"console case {name}")
+        case_parse(data, source=console_source(name))
     except CaseError as error:
         raise EvalCaseRefused(f"The case would not run: {error}") from None
     try:

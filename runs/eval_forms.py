@@ -28,6 +28,16 @@ def _tools(raw: str, what: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _tool_list(label: str, help_text: str = "") -> forms.CharField:
+    """A comma-separated list of tool names (read by ``_tools``)."""
+    return forms.CharField(
+        label=label,
+        required=False,
+        max_length=2000,
+        help_text=f"Comma-separated. {help_text}".strip(),
+    )
+
+
 class EvalCaseForm(forms.Form):
     name = forms.CharField(
         max_length=48,
@@ -50,24 +60,11 @@ class EvalCaseForm(forms.Form):
         max_length=2000,
         help_text="Optional; compared without regard to case.",
     )
-    denied = forms.CharField(
-        label="Tools that must be denied",
-        required=False,
-        max_length=2000,
-        help_text="Comma-separated; each must have a refused call in the replay.",
+    denied = _tool_list("Tools that must be denied", "Each must have a refused call in the replay.")
+    approvals = _tool_list(
+        "Approvals that must be requested", "Tools (commit for a commit); empty: not checked."
     )
-    approvals = forms.CharField(
-        label="Approvals that must be requested",
-        required=False,
-        max_length=2000,
-        help_text="Comma-separated tools (commit for a commit); empty: not checked.",
-    )
-    not_run = forms.CharField(
-        label="Tools that must never run",
-        required=False,
-        max_length=2000,
-        help_text="Comma-separated.",
-    )
+    not_run = _tool_list("Tools that must never run")
     never = forms.MultipleChoiceField(
         label="Effects that must never happen",
         required=False,

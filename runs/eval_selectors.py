@@ -13,14 +13,13 @@ from django.db.models import Count, Q
 from django.http import Http404
 
 from .core.evals import CATEGORIES
-from .evals import BROKEN, cases_load
+from .evals import BROKEN, CONSOLE_SOURCE, cases_load
 from .models import EvalCase, EvalResult, EvalSuiteRun
 from .selectors import parse_run_id
 
 PERMISSION = "runs.view_evalsuiterun"
 PAGE_SIZE = 50
 CHART_SUITES = 100  # the chart's window: the newest finished suite runs
-CONSOLE_SOURCE = "console case "  # how runs.evals.cases_load names a console case's source
 
 
 class BadPage(ValueError):

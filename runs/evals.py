@@ -60,6 +60,14 @@ BROKEN = "broken"  # the pseudo-category of case files that cannot be run
 SETTLED = {run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK}
 
 
+CONSOLE_SOURCE = "console case "
+
+
+def console_source(name: str) -> str:
+    """How a console case (an ``EvalCase`` row) is named where a file case names its path."""
+    return f"{CONSOLE_SOURCE}{name}"
+
+
 class SuiteError(Exception):
     """The suite cannot run (another one runs, no worker, no key); nothing was judged."""
 
@@ -92,7 +100,7 @@ def cases_load(category: str = "") -> Loaded:
             loaded.cases.append(case)
     for row in EvalCase.objects.filter(active=True).order_by("name"):
         try:
-            loaded.cases.append(case_parse(row.data, source=f"console case {row.name}"))
+            loaded.cases.append(case_parse(row.data, source=console_source(row.name)))
         except CaseError as error:
             loaded.errors.append(str(error))
     unique, servers = [], {}
@@ -561,7 +569,7 @@ def _suite_cases(
     prepared: list[Prepared] = []
     try:
         _suite_steps(
-            suite, loaded, prepared, model, case_timeout, claim_timeout, progress, suite_dir
+            suite, loaded, prepared, model, case_timeout, claim_timeout, progress, suite_dir, user
         )
     except BaseException:
         for item in prepared:  # no run of a suite that broke off is left for a worker
@@ -581,9 +589,9 @@ def _suite_steps(
     claim_timeout: float,
     progress: Callable[[str], None],
     suite_dir: Path,
+    user: Any,
 ) -> None:
     servers_dir = Path(__file__).resolve().parent.parent / "evals" / SERVERS_DIR
-    user = _eval_user()
     for case in loaded.cases:
         if model == "anthropic" and case.model == "replay":
             prepared.append(Prepared(case, suite_dir, None, skipped="replay-only case"))
@@ -672,21 +680,15 @@ def _judge_one(
     progress: Callable[[str], None],
 ) -> None:
     case = item.case
+    if item.run is None and not item.skipped:
+        return  # its start failed: recorded as a broken case
+    row = EvalResult(suite=suite, case=case.name, category=case.category, title=case.title)
+    row.source = case.source[:300]
     if item.skipped:
-        EvalResult.objects.create(
-            suite=suite,
-            case=case.name,
-            category=case.category,
-            title=case.title,
-            source=case.source[:300],
-            passed=False,
-            skipped=True,
-            failures=[f"skipped: {item.skipped}"],
-        )
+        row.passed, row.skipped, row.failures = False, True, [f"skipped: {item.skipped}"]
+        row.save()
         progress(f"SKIP {case.category}/{case.name}: {item.skipped}")
         return
-    if item.run is None:
-        return  # its start failed: recorded as a broken case
     run = Run.objects.get(pk=item.run.pk)
     outcome = outcome_collect(item, policies_before)
     failures = judge(case, outcome, replayed=model == "replay")
@@ -695,19 +697,10 @@ def _judge_one(
     if not _settled(run):
         failures.insert(0, f"did not end or wait within its time (still {run.status})")
     _cancel_if_waiting(run, user)
-    EvalResult.objects.create(
-        suite=suite,
-        case=case.name,
-        category=case.category,
-        title=case.title,
-        source=case.source[:300],
-        passed=not failures,
-        failures=failures,
-        run=run,
-        seconds=round(
-            (run.finished_at or timezone.now()).timestamp() - run.created_at.timestamp(), 3
-        ),
-    )
+    row.passed, row.failures, row.run = not failures, failures, run
+    ended = run.finished_at or timezone.now()
+    row.seconds = round(ended.timestamp() - run.created_at.timestamp(), 3)
+    row.save()
     summary[case.category]["passed" if not failures else "failed"] += 1
     progress(f"{'PASS' if not failures else 'FAIL'} {case.category}/{case.name}")
     for failure in failures:
