@@ -13,8 +13,8 @@ from typing import Any
 from django import forms
 from django.db.models import QuerySet
 
+from policies.models import Agent
 from runs.core.risk import LEVELS
-from runs.models import Agent
 
 from .models import ApprovalRequest
 from .selectors import SORTS

@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from harness_console.fragments import wants_fragment
-from runs.models import Agent
+from policies.models import Agent
 
 from .binding import changes_since_asked
 from .core.patch import diff_rows

@@ -40,11 +40,11 @@ from _place import prepare
 PLACE = prepare("approvals")
 VAR_DIR = PLACE.var_dir
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from _tools import (  # noqa: E402
+from _tools import (
     BROKEN,
     BenchStack,
     fix_script,
@@ -52,19 +52,20 @@ from _tools import (  # noqa: E402
     pct,
     wait_status,
 )
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-from django.utils import timezone  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
-from approvals.models import ApprovalDecision, ApprovalRequest  # noqa: E402
-from harness_console.roles import APPROVER, OPERATOR, roles_sync  # noqa: E402
-from runs.core import status as run_status  # noqa: E402
-from runs.models import Agent, Run, RunEvent, Workspace  # noqa: E402
-from runs.services import run_create  # noqa: E402
+from approvals.models import ApprovalDecision, ApprovalRequest
+from harness_console.roles import APPROVER, OPERATOR, roles_sync
+from policies.models import Agent, Workspace
+from runs.core import status as run_status
+from runs.models import Run, RunEvent
+from runs.services import run_create
 
 GOAL_CLICK_P95 = 0.500
 GOAL_QUEUE = 0.100

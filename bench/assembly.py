@@ -26,18 +26,18 @@ if not os.environ.get("DATABASE_URL"):
     os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix="harness-bench-"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_console.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
-from django.test.utils import setup_databases, teardown_databases  # noqa: E402
+from django.conf import settings
+from django.test.utils import setup_databases, teardown_databases
 
-from policies import instruction_cache  # noqa: E402
-from policies.core.assembler import Layer, Unit, assemble  # noqa: E402
-from policies.core.tokenizer import ByteEstimate  # noqa: E402
-from policies.instruction_cache import instructions_invalidate, instructions_load  # noqa: E402
-from runs.models import Agent  # noqa: E402
+from policies import instruction_cache
+from policies.core.assembler import Layer, Unit, assemble
+from policies.core.tokenizer import ByteEstimate
+from policies.instruction_cache import instructions_invalidate, instructions_load
+from policies.models import Agent
 
 
 def best(fn, repeat: int) -> float:

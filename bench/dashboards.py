@@ -31,25 +31,26 @@ from _place import prepare
 
 PLACE = prepare("dashboards")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from _tools import own_databases, pct  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from _tools import own_databases, pct
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from approvals.models import ApprovalRequest  # noqa: E402
-from harness_console.roles import APPROVER, OPERATOR, OPS, roles_sync  # noqa: E402
-from runs.dashboards import window  # noqa: E402
-from runs.history import history_generate  # noqa: E402
-from runs.models import Agent, ModelCall, Run, RunEvent, ToolCall, Workspace  # noqa: E402
-from runs.rollups import cells_from_raw  # noqa: E402
-from tests.conftest import prices_seed  # noqa: E402
+from approvals.models import ApprovalRequest
+from harness_console.roles import APPROVER, OPERATOR, OPS, roles_sync
+from policies.models import Agent, Workspace
+from runs.dashboards import window
+from runs.history import history_generate
+from runs.models import ModelCall, Run, RunEvent, ToolCall
+from runs.rollups import cells_from_raw
+from tests.conftest import prices_seed
 
 GOAL_RETRO_30 = 0.300
 PAGES = (

@@ -27,19 +27,20 @@ if not os.environ.get("DATABASE_URL"):
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_console.settings")
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import Group, User  # noqa: E402
-from django.test.utils import setup_databases, teardown_databases  # noqa: E402
-from playwright.sync_api import sync_playwright  # noqa: E402
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.test.utils import setup_databases, teardown_databases
+from playwright.sync_api import sync_playwright
 
-from harness_console.roles import OPERATOR, roles_sync  # noqa: E402
-from runs.models import Agent, RunEvent, Workspace  # noqa: E402
-from runs.services import run_create, run_dispatch  # noqa: E402
-from tests.stack import (  # noqa: E402
+from harness_console.roles import OPERATOR, roles_sync
+from policies.models import Agent, Workspace
+from runs.models import RunEvent
+from runs.services import run_create, run_dispatch
+from tests.stack import (
     CHROMIUM_ARGS,
     CHROMIUM_EXECUTABLE,
     LiveStack,

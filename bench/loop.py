@@ -40,11 +40,11 @@ from _place import ROOT, prepare
 PLACE = prepare("loop")
 VAR_DIR, REPLAYS = PLACE.var_dir, PLACE.replays
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from _tools import (  # noqa: E402
+from _tools import (
     BROKEN,
     USAGE,
     BenchStack,
@@ -53,34 +53,27 @@ from _tools import (  # noqa: E402
     pct,
     wait_status,
 )
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
 
-from approvals.models import ApprovalRequest  # noqa: E402
-from approvals.services import approval_decide  # noqa: E402
-from harness_console.roles import APPROVER, OPERATOR, roles_sync  # noqa: E402
-from policies.models import ToolDefinition  # noqa: E402
-from policies.permissions import policy_for_agent  # noqa: E402
-from runs import flow  # noqa: E402
-from runs.core import status as run_status  # noqa: E402
-from runs.model_clients import ReplayModel  # noqa: E402
-from runs.models import (  # noqa: E402
+from approvals.models import ApprovalRequest
+from approvals.services import approval_decide
+from harness_console.roles import APPROVER, OPERATOR, roles_sync
+from policies.models import (
     Agent,
-    Artifact,
-    Message,
-    ModelCall,
-    Run,
-    RunEvent,
-    Step,
-    ToolCall,
+    ToolDefinition,
     Workspace,
-    WriteRecord,
 )
-from runs.services import run_create  # noqa: E402
-from runs.tool_calls import IN_PROCESS, _side_effect  # noqa: E402
-from runs.tools.context import policy_to_context  # noqa: E402
-from runs.tools.isolation import run_isolated  # noqa: E402
+from policies.permissions import policy_for_agent
+from runs import flow
+from runs.core import status as run_status
+from runs.model_clients import ReplayModel
+from runs.models import Artifact, Message, ModelCall, Run, RunEvent, Step, ToolCall, WriteRecord
+from runs.services import run_create
+from runs.tool_calls import IN_PROCESS, _side_effect
+from runs.tools.context import policy_to_context
+from runs.tools.isolation import run_isolated
 
 # LangGraph 1.2 on this machine (../shared/NOTES.md), model and tool calls free.
 LANGGRAPH_MS = {"sqlite": 4.0, "postgresql": 5.1}

@@ -30,7 +30,7 @@ _SEE_EVALS = ("runs.view_evalsuiterun", "runs.view_evalresult", "runs.view_evalc
 
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     # Operators submit tasks and watch runs live.
-    OPERATOR: (*_SEE_RUNS, "runs.add_run", "runs.view_agent", "runs.view_workspace"),
+    OPERATOR: (*_SEE_RUNS, "runs.add_run", "policies.view_agent", "policies.view_workspace"),
     # Approvers decide on what agents want to change; they read runs to do so, and the
     # dashboards show them how long approvals wait and what escaped verification.
     APPROVER: (*_SEE_RUNS, "runs.decide_approval", "runs.view_dashboards", *_SEE_EVALS),

@@ -9,8 +9,7 @@ class PoliciesConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_save
 
-        from runs.models import Workspace
-
+        from .models import Workspace
         from .signals import workspace_saved
 
         post_save.connect(workspace_saved, sender=Workspace, dispatch_uid="workspace_saved")

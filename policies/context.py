@@ -15,8 +15,6 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from runs.models import Agent, Workspace
-
 from .core.assembler import Assembly, Layer, Rejected, Unit, assemble
 from .core.instructions import decode_instruction
 from .core.layers import DEFAULTS_BY_NAME, MAX_BUDGET, effective_layers
@@ -24,7 +22,7 @@ from .core.retrieval import Conflict, RetrievalPolicy, Segment, retrieved_units
 from .core.tokenizer import Tokenizer
 from .instruction_cache import instructions_load
 from .instruction_files import read_file_within
-from .models import BusinessRule, LayerConfig
+from .models import Agent, BusinessRule, LayerConfig, Workspace
 
 
 class ContextError(ValueError):

@@ -19,8 +19,6 @@ from typing import Any
 
 from django.db.models import Q
 
-from runs.models import Agent
-
 from .core.hook_handlers import handler_build
 from .core.hook_runner import (
     Binding,
@@ -32,7 +30,7 @@ from .core.hook_runner import (
     hooks_run_chain,
 )
 from .core.hooks import HookSettingsError, Phase
-from .models import HookBinding
+from .models import Agent, HookBinding
 
 __all__ = [
     "Binding",

@@ -13,10 +13,9 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from runs.models import Agent, Workspace
-
 from .context import ContextError, context_build, context_report
 from .instruction_cache import instructions_invalidate
+from .models import Agent, Workspace
 
 
 class PreviewForm(forms.Form):
@@ -91,6 +90,6 @@ def reload_from_disk(request: HttpRequest, agent_id: int) -> HttpResponse:
     workspace = get_object_or_404(Workspace, pk=request.POST.get("workspace") or 0)
     instructions_invalidate(root=workspace.root)
     messages.success(request, f"The AGENTS.md files of {workspace.name} will be read again.")
-    url = reverse("admin:runs_agent_preview", args=[agent.pk])
+    url = reverse("admin:policies_agent_preview", args=[agent.pk])
     query = urlencode({"workspace": workspace.pk, "task": request.POST.get("task", "")})
     return HttpResponseRedirect(f"{url}?{query}")

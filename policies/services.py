@@ -7,10 +7,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from runs.models import Agent
-
 from .instruction_cache import instructions_invalidate
-from .models import InstructionVersion
+from .models import Agent, InstructionVersion
 
 MAX_INSTRUCTION_CHARS = 200_000
 

@@ -6,20 +6,14 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.views.decorators.http import require_POST
 
-from policies.admin import BusinessRuleInline, LayerConfigInline
 from policies.core.paths import PathRefused
-from policies.preview import prompt_preview, reload_from_disk
 
 from .core.cost import price_in_force
 from .models import (
-    Agent,
     DailyRollup,
     DailyTotal,
     EvalCase,
@@ -30,63 +24,10 @@ from .models import (
     RunEvent,
     Step,
     ToolCall,
-    Workspace,
     WriteRecord,
 )
 from .pricing import price_version_create, prices
 from .tool_calls import RollbackRefused, tool_call_rollback
-
-
-@admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "root", "context_file")
-    search_fields = ("name", "slug")
-
-
-@admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "model", "max_turns", "context_links")
-    search_fields = ("name", "slug")
-    readonly_fields = ("context_links",)
-    inlines = [LayerConfigInline, BusinessRuleInline]
-
-    @admin.display(description="Context")
-    def context_links(self, obj: Agent) -> str:
-        if obj.pk is None:
-            return "Save the agent first."
-        instructions = reverse("admin:policies_instructionversion_changelist")
-        add = reverse("admin:policies_instructionversion_add")
-        return format_html(
-            '<a href="{}">Preview prompt</a> · <a href="{}?agent={}">Edit instructions</a>'
-            ' · <a href="{}?agent__id__exact={}">Instruction history</a>',
-            reverse("admin:runs_agent_preview", args=[obj.pk]),
-            add,
-            obj.pk,
-            instructions,
-            obj.pk,
-        )
-
-    def get_urls(self) -> list:
-        wrap = self.admin_site.admin_view
-        return [
-            path("<int:agent_id>/preview/", wrap(self.preview_view), name="runs_agent_preview"),
-            path(
-                "<int:agent_id>/reload/",
-                wrap(require_POST(self.reload_view)),
-                name="runs_agent_reload",
-            ),
-            *super().get_urls(),
-        ]
-
-    def preview_view(self, request: HttpRequest, agent_id: int) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied("Your role may not preview prompts.")
-        return prompt_preview(request, agent_id, self.admin_site.each_context(request))
-
-    def reload_view(self, request: HttpRequest, agent_id: int) -> HttpResponse:
-        if not self.has_change_permission(request):
-            raise PermissionDenied("Your role may not reload instructions.")
-        return reload_from_disk(request, agent_id)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

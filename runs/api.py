@@ -19,8 +19,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from policies.models import Agent, Workspace
+
 from .core import status as run_status
-from .models import Agent, ModelCall, Run, RunEvent, Step, ToolCall, Workspace
+from .models import ModelCall, Run, RunEvent, Step, ToolCall
 from .selectors import BadAfter, parse_after
 from .services import run_answer, run_cancel, run_create, run_rollback
 from .tool_calls import RollbackRefused

@@ -17,10 +17,12 @@ from django.conf import settings
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
+from policies.models import Agent, Workspace
+
 from .core import rollup
 from .core import status as run_status
 from .core.failures import LABELS as FAILURE_LABELS
-from .models import Agent, DailyRollup, DailyTotal, Run, Workspace
+from .models import DailyRollup, DailyTotal, Run
 from .rollups import day_of
 
 EVAL_POLICY_PREFIX = "eval-"

@@ -14,7 +14,9 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from .models import DocIndexEntry, Workspace
+from policies.models import Workspace
+
+from .models import DocIndexEntry
 
 DOC_SUFFIXES = (".md", ".markdown", ".rst", ".txt")
 MAX_DOC_BYTES = 1024 * 1024

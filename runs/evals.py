@@ -32,7 +32,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from policies.models import McpServer, Policy, PolicyRule, ToolDefinition
+from policies.models import Agent, McpServer, Policy, PolicyRule, ToolDefinition, Workspace
 
 from .core import status as run_status
 from .core.evals import (
@@ -47,7 +47,7 @@ from .core.evals import (
     leaks,
     strings_in,
 )
-from .models import Agent, EvalCase, EvalResult, EvalSuiteRun, Run, Workspace
+from .models import EvalCase, EvalResult, EvalSuiteRun, Run
 
 logger = logging.getLogger(__name__)
 

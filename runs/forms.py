@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django import forms
 
-from .models import Agent, Workspace
+from policies.models import Agent, Workspace
+
 from .services import MAX_REQUEST_CHARS
 
 

@@ -24,10 +24,12 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.utils import timezone
 
+from policies.models import Agent, Workspace
+
 from .core import cost as core_cost
 from .core import rollup
 from .core.failures import failure_kind
-from .models import Agent, DailyRollup, DailyTotal, ModelCall, Run, ToolCall, Workspace
+from .models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from .pricing import prices
 from .rollups import cell_locked, day_of, total_locked
 

@@ -42,11 +42,12 @@ from prometheus_client.utils import floatToGoString
 
 from harness_console.roles import ADMIN
 from policies.core.permissions import Decision
+from policies.models import Agent
 
 from .core import rollup
 from .core.failures import LABELS as FAILURE_KINDS
 from .dashboards import runs_by_active_status
-from .models import Agent, DailyRollup
+from .models import DailyRollup
 from .rollups import day_of
 
 # Bucket edges in seconds. Rollup histograms keep durations in ms rounded to two

@@ -246,8 +246,9 @@ def reconcile_day(
 def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
     from approvals.models import ApprovalRequest
+    from policies.models import Agent
 
-    from .models import Agent, DailyRollup, DailyTotal, ModelCall, Run, ToolCall
+    from .models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 
     left_out = set(Agent.objects.filter(for_evals=True).values_list("pk", flat=True))
     if days is None:

@@ -115,7 +115,7 @@ def _known(filters: Mapping[str, str]) -> None:
     not an empty result (as the retrospective says too)."""
     from django.contrib.auth import get_user_model
 
-    from .models import Agent, Workspace
+    from policies.models import Agent, Workspace
 
     for name, rows, field in (
         ("agent", Agent.objects, "slug"),

@@ -15,13 +15,15 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from policies.models import Agent, Workspace
+
 from . import rollups, telemetry
 from .core import status as run_status
 from .core.failures import failure_kind
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
 from .live import event_publish
 from .model_clients import model_key_set
-from .models import Agent, Run, RunEvent, Workspace
+from .models import Run, RunEvent
 
 logger = logging.getLogger(__name__)
 

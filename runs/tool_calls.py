@@ -33,12 +33,12 @@ from policies.core.paths import PathRefused
 from policies.core.permissions import Call, Grant, Policy, decide, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.instruction_cache import instructions_invalidate
-from policies.models import ToolDefinition
+from policies.models import ToolDefinition, Workspace
 from policies.paths import resolve_in_workspace
 from policies.permissions import PATH_ARGUMENTS
 
 from .doc_search import search_docs
-from .models import Artifact, Run, ToolCall, Workspace, WriteRecord
+from .models import Artifact, Run, ToolCall, WriteRecord
 from .telemetry import traced_tool_call
 from .tools.builtin import unified_diff
 from .tools.context import policy_to_context

@@ -17,12 +17,13 @@ from django.views.decorators.http import require_POST
 
 from approvals.models import ApprovalRequest
 from approvals.services import AlreadyDecided, approval_decide
+from policies.models import Agent, Workspace
 
 from .core import status as run_status
 from .forms import RunForm
 from .grants import grant_revoke
 from .model_clients import model_key_set
-from .models import Agent, Run, SessionGrant, Workspace
+from .models import Run, SessionGrant
 from .replays import replay_scripts
 from .run_filters import (
     SELECTS,

@@ -22,7 +22,8 @@ from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, User
 
 from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
-from runs.models import Agent, Run, Workspace
+from policies.models import Agent, Workspace
+from runs.models import Run
 from runs.services import run_create
 
 from .fake_anthropic import FakeAnthropic

@@ -14,8 +14,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from policies.models import Agent
 from runs import flow
-from runs.models import Agent, Run
+from runs.models import Run
 from runs.services import run_answer, run_create
 from tests.conftest import SEEDED
 

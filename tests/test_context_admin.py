@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from policies.models import BusinessRule, InstructionVersion, LayerConfig
+from policies.models import Agent, BusinessRule, InstructionVersion, LayerConfig
 from policies.services import instruction_update
-from runs.models import Agent
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +52,7 @@ def admin_client(client, personas):
 
 def post_agent(admin_client, agent, **kwargs):
     return admin_client.post(
-        reverse("admin:runs_agent_change", args=[agent.pk]), agent_form(agent, **kwargs)
+        reverse("admin:policies_agent_change", args=[agent.pk]), agent_form(agent, **kwargs)
     )
 
 
@@ -169,7 +168,7 @@ def test_the_preview_shows_each_layer_the_chart_and_the_prompt(admin_client, age
         agent=agent, name="business_rules", position=4, strategy="drop_whole_units", budget=10
     )
     html = admin_client.get(
-        reverse("admin:runs_agent_preview", args=[agent.pk]),
+        reverse("admin:policies_agent_preview", args=[agent.pk]),
         {"workspace": workspace.pk, "task": "Fix the link"},
     ).content.decode()
     assert 'data-layer="identity"' in html and 'data-layer="output_schema"' in html
@@ -182,9 +181,9 @@ def test_the_preview_shows_each_layer_the_chart_and_the_prompt(admin_client, age
 @pytest.mark.parametrize("who", ["approver", "operator", "ops", "outsider"])
 def test_only_admins_preview_prompts_or_reload(client, personas, agent, workspace, who):
     client.force_login(getattr(personas, who))
-    preview = client.get(reverse("admin:runs_agent_preview", args=[agent.pk]))
+    preview = client.get(reverse("admin:policies_agent_preview", args=[agent.pk]))
     reload = client.post(
-        reverse("admin:runs_agent_reload", args=[agent.pk]), {"workspace": workspace.pk}
+        reverse("admin:policies_agent_reload", args=[agent.pk]), {"workspace": workspace.pk}
     )
     assert preview.status_code == 302 and "/admin/login/" in preview["Location"]
     assert reload.status_code == 302 and "/admin/login/" in reload["Location"]
@@ -192,7 +191,7 @@ def test_only_admins_preview_prompts_or_reload(client, personas, agent, workspac
 
 def test_an_agent_without_identity_cannot_be_created(admin_client):
     response = admin_client.post(
-        reverse("admin:runs_agent_add"),
+        reverse("admin:policies_agent_add"),
         agent_form(Agent(slug="new", name="New", identity=""), identity=""),
     )
     assert response.status_code == 200
@@ -200,7 +199,9 @@ def test_an_agent_without_identity_cannot_be_created(admin_client):
 
 
 def test_opening_the_preview_shows_the_first_workspace_at_once(admin_client, agent, workspace):
-    html = admin_client.get(reverse("admin:runs_agent_preview", args=[agent.pk])).content.decode()
+    html = admin_client.get(
+        reverse("admin:policies_agent_preview", args=[agent.pk])
+    ).content.decode()
     assert 'data-layer="identity"' in html and "You test things." in html
 
 
@@ -234,7 +235,7 @@ def test_an_override_may_change_only_the_budget(admin_client, agent, workspace):
     response = post_agent(admin_client, agent, layers=[("business_rules", "", "", 7)])
     assert response.status_code == 302
     report = admin_client.get(
-        reverse("admin:runs_agent_preview", args=[agent.pk]), {"workspace": workspace.pk}
+        reverse("admin:policies_agent_preview", args=[agent.pk]), {"workspace": workspace.pk}
     ).content.decode()
     assert '<tr data-layer="business_rules">\n      <td>4</td>' in report
     assert "0 / 7" in report and "drop_whole_units" in report
@@ -257,7 +258,7 @@ def test_two_overrides_may_swap_positions_in_one_save(admin_client, agent):
                 f"{INLINE}-{i}-budget": "",
             }
         )
-    response = admin_client.post(reverse("admin:runs_agent_change", args=[agent.pk]), data)
+    response = admin_client.post(reverse("admin:policies_agent_change", args=[agent.pk]), data)
     assert response.status_code == 302
     positions = dict(LayerConfig.objects.filter(agent=agent).values_list("name", "position"))
     assert positions == {"business_rules": 1, "memory": 4}
@@ -265,7 +266,7 @@ def test_two_overrides_may_swap_positions_in_one_save(admin_client, agent):
 
 def test_reload_from_disk_keeps_the_task_being_previewed(admin_client, agent, workspace):
     response = admin_client.post(
-        reverse("admin:runs_agent_reload", args=[agent.pk]),
+        reverse("admin:policies_agent_reload", args=[agent.pk]),
         {"workspace": workspace.pk, "task": "Fix the link"},
     )
     assert "task=Fix+the+link" in response["Location"]

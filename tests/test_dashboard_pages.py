@@ -22,10 +22,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from policies.models import InstructionVersion
+from policies.models import Agent, InstructionVersion
 from runs.dashboards import retro_figures
 from runs.history import history_generate
-from runs.models import Agent, ModelCall, Run, RunEvent, ToolCall
+from runs.models import ModelCall, Run, RunEvent, ToolCall
 from runs.rollups import day_of, rollups_reconcile
 from runs.services import run_create
 from runs.templatetags.money import usd

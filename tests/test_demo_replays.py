@@ -14,9 +14,10 @@ from django.utils.html import escape
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
+from policies.models import Agent, Workspace
 from runs import flow
 from runs.core.intake import intake
-from runs.models import Agent, ModelCall, Run, ToolCall, Workspace, WriteRecord
+from runs.models import ModelCall, Run, ToolCall, WriteRecord
 from runs.replays import replay_scripts
 from runs.services import run_create
 from tests.conftest import SEEDED

@@ -319,7 +319,7 @@ def test_the_live_model_needs_a_key_and_bad_options_are_refused(monkeypatch, tmp
 # --- the eval set's own rows stay out of everyone's way ---------------------------------------
 @pytest.fixture
 def eval_rows(db, tmp_path):
-    from runs.models import Agent, Workspace
+    from policies.models import Agent, Workspace
 
     agent = Agent.objects.create(slug="eval-x", name="Eval agent", identity="x", for_evals=True)
     space = Workspace.objects.create(
@@ -371,7 +371,7 @@ def test_eval_approvals_are_neither_queued_nor_notified(personas, eval_rows, set
 
 
 def test_a_row_the_eval_set_did_not_make_is_never_taken_over(settings, tmp_path):
-    from runs.models import Workspace
+    from policies.models import Workspace
 
     real = Workspace.objects.create(slug="eval-lonely", name="Real", root=str(tmp_path))
     write_case(tmp_path / "cases", "lonely")

@@ -10,8 +10,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from policies.hooks import HooksCompleted, HooksHalted, hook_bindings_for, hooks_run
-from policies.models import HookBinding
-from runs.models import Agent
+from policies.models import Agent, HookBinding
 
 pytestmark = pytest.mark.django_db
 

@@ -85,7 +85,7 @@ def test_without_an_edit_nothing_is_read_again_until_reload_from_disk(setup, cli
     assert instructions_load(agent=agent, root=workspace.root) is first
     client.force_login(personas.admin)
     response = client.post(
-        reverse("admin:runs_agent_reload", args=[agent.pk]), {"workspace": workspace.pk}
+        reverse("admin:policies_agent_reload", args=[agent.pk]), {"workspace": workspace.pk}
     )
     assert response.status_code == 302
     assert "root file v2, edited outside" in prompt_in_another_process(agent, workspace)

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 
-from runs.models import Agent, Workspace
+from policies.models import Agent, Workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_each_role_holds_what_it_needs_and_no_more():
     assert "runs.view_dashboards" in perms("ops")
     assert not {"runs.add_run", "runs.decide_approval"} & perms("ops")
     assert {
-        "runs.change_agent",
+        "policies.change_agent",
         "runs.decide_approval",
         "runs.view_dashboards",
         "auth.add_user",

@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
+from policies.models import Agent, Workspace
 from runs import flow
 from runs.core import rollup
 from runs.core.failures import KINDS, OTHER, failure_kind
 from runs.dashboards import retro_figures, window
 from runs.history import FAILURES, history_generate
-from runs.models import Agent, DailyRollup, DailyTotal, ModelCall, Run, ToolCall, Workspace
+from runs.models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from runs.rollups import cells_from_raw, day_of, rollups_reconcile
 from runs.services import run_rollback
 from tests.conftest import SEEDED, prices_seed

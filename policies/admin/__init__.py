@@ -1,13 +1,15 @@
-"""The policies app's admin, in three modules: context configuration, permissions/tools and
-hook bindings. Importing them registers their model admins."""
+"""The policies app's admin, in four modules: agents and workspaces, context configuration,
+permissions/tools and hook bindings. Importing them registers their model admins."""
 
 from __future__ import annotations
 
+from .agents import AgentAdmin, WorkspaceAdmin
 from .context import BusinessRuleInline, InstructionVersionAdmin, LayerConfigInline
 from .hooks import HookBindingAdmin
 from .permissions import McpServerAdmin, PolicyAdmin, ToolDefinitionAdmin
 
 __all__ = [
+    "AgentAdmin",
     "BusinessRuleInline",
     "HookBindingAdmin",
     "InstructionVersionAdmin",
@@ -15,4 +17,5 @@ __all__ = [
     "McpServerAdmin",
     "PolicyAdmin",
     "ToolDefinitionAdmin",
+    "WorkspaceAdmin",
 ]

@@ -16,10 +16,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from runs.models import Agent
-
 from ..core.layers import DEFAULT_LAYERS
 from ..models import (
+    Agent,
     BusinessRule,
     InstructionVersion,
     LayerConfig,

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
 
 from policies.context import ContextError, context_build, context_report, parse_budgets
-from runs.models import Agent, Workspace
+
+from ...models import Agent, Workspace
 
 
 class Command(BaseCommand):

@@ -7,7 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from policies.instruction_cache import instructions_invalidate
-from runs.models import Agent
+
+from ...models import Agent
 
 
 class Command(BaseCommand):

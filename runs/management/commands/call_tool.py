@@ -14,8 +14,8 @@ from django.db.models import Q
 
 from policies.core.default_policy import DEFAULT_POLICY_NAME
 from policies.core.permissions import PolicyError
+from policies.models import Workspace
 from policies.permissions import parse_arguments, policy_load
-from runs.models import Workspace
 from runs.tool_calls import tool_call_run, tool_output
 
 

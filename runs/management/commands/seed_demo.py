@@ -25,9 +25,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
-from policies.models import BusinessRule, InstructionVersion
+from policies.models import Agent, BusinessRule, InstructionVersion, Workspace
 from policies.services import instruction_update
-from runs.models import Agent, Workspace
 
 DEMO_SOURCE = Path(settings.BASE_DIR) / "demo" / "workspace"
 DEMO_USERS = (ADMIN, APPROVER, OPERATOR, OPS)

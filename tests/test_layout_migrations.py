@@ -1,0 +1,53 @@
+"""Models that moved between apps (agents and workspaces to policies): an existing database
+migrates forward without copying a row, and the permissions, with every role and user that
+holds them, follow their models."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from policies.models import Agent, Workspace
+from tests.conftest import EVERYWHERE
+
+pytestmark = EVERYWHERE
+
+BEFORE = [("runs", "0017_one_running_suite"), ("policies", "0014_policy_changes")]
+
+
+def old_model(app: str, name: str):
+    state = MigrationExecutor(connection).loader.project_state(BEFORE)
+    return state.apps.get_model(app, name)
+
+
+def test_agents_and_workspaces_keep_their_rows_and_permissions(tmp_path):
+    call_command("migrate", "policies", "0014", verbosity=0)
+    call_command("migrate", "runs", "0017", verbosity=0)
+    try:
+        # The database as the earlier release left it: the models in runs, a role holding
+        # runs.view_agent.
+        runs_agent = ContentType.objects.get_or_create(app_label="runs", model="agent")[0]
+        ContentType.objects.filter(app_label="policies", model__in=("agent", "workspace")).delete()
+        view = Permission.objects.get_or_create(
+            content_type=runs_agent, codename="view_agent", defaults={"name": "Can view agent"}
+        )[0]
+        group = Group.objects.create(name="agent-readers")
+        group.permissions.add(view)
+        old_model("runs", "Workspace").objects.create(
+            slug="old", name="Old workspace", root=str(tmp_path)
+        )
+        old_model("runs", "Agent").objects.create(slug="veteran", name="Veteran", identity="I was.")
+    finally:
+        call_command("migrate", verbosity=0)
+    agent = Agent.objects.get(slug="veteran")
+    assert (agent.name, agent.identity) == ("Veteran", "I was.")
+    assert Workspace.objects.get(slug="old").root == str(tmp_path)
+    assert Agent._meta.db_table == "runs_agent"  # the same table, never copied
+    view.refresh_from_db()
+    assert view.content_type.app_label == "policies"
+    assert group.permissions.filter(
+        content_type__app_label="policies", codename="view_agent"
+    ).exists()
