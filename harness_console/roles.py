@@ -17,7 +17,7 @@ ADMIN, APPROVER, OPERATOR, OPS = "admin", "approver", "operator", "ops"
 ROLES = (ADMIN, APPROVER, OPERATOR, OPS)
 
 # Apps whose every permission the admin role holds, besides user and group management.
-ADMIN_APPS = ("runs", "approvals", "policies")
+ADMIN_APPS = ("runs", "approvals", "policies", "evals")
 ADMIN_EXTRA = (
     "auth.add_user",
     "auth.change_user",
@@ -26,7 +26,7 @@ ADMIN_EXTRA = (
     "auth.change_group",
 )
 _SEE_RUNS = ("runs.view_run", "runs.view_step", "runs.view_runevent")
-_SEE_EVALS = ("runs.view_evalsuiterun", "runs.view_evalresult", "runs.view_evalcase")
+_SEE_EVALS = ("evals.view_evalsuiterun", "evals.view_evalresult", "evals.view_evalcase")
 
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     # Operators submit tasks and watch runs live.
@@ -36,7 +36,7 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     APPROVER: (*_SEE_RUNS, "runs.decide_approval", "runs.view_dashboards", *_SEE_EVALS),
     # Ops watch the operations and retrospective dashboards and the eval set's results,
     # and turn a failed run into an eval case.
-    OPS: (*_SEE_RUNS, "runs.view_dashboards", *_SEE_EVALS, "runs.add_evalcase"),
+    OPS: (*_SEE_RUNS, "runs.view_dashboards", *_SEE_EVALS, "evals.add_evalcase"),
 }
 
 
@@ -73,7 +73,7 @@ def roles_sync(*, apps: Any = None) -> None:
 
 def roles_sync_after_migrate(sender: Any, **kwargs: Any) -> None:
     """post_migrate fires once per app; syncing once, after our last app, is enough."""
-    if getattr(sender, "label", None) != "policies":
+    if getattr(sender, "label", None) != "evals":
         return
     using = kwargs.get("using", "default")
     if using != "default":
@@ -100,7 +100,7 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
         context["approvals_live"] = True  # the page loads approvals.js: a live count
     if user.has_perm("runs.view_dashboards"):
         items.append(("dashboards", "Dashboards", "dashboards"))
-    if user.has_perm("runs.view_evalsuiterun"):
+    if user.has_perm("evals.view_evalsuiterun"):
         items.append(("evals", "Evals", "evals:index"))
     if user.is_staff:
         items.append(("admin", "Admin", "admin:index"))

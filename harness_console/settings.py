@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "runs",
     "approvals",
     "policies",
+    "evals",
 ]
 if EMBEDDED:
     INSTALLED_APPS.append("channels_lite")
@@ -297,7 +298,9 @@ HARNESS_REPLAY_DIRS = [
 # must be shared, like every workspace.
 HARNESS_EVAL_DIRS = [
     Path(folder).resolve()
-    for folder in (os.environ.get("HARNESS_EVAL_DIRS") or str(BASE_DIR / "evals")).split(os.pathsep)
+    for folder in (os.environ.get("HARNESS_EVAL_DIRS") or str(BASE_DIR / "evals" / "cases")).split(
+        os.pathsep
+    )
     if folder.strip()
 ]
 HARNESS_EVAL_ROOT = Path(os.environ.get("HARNESS_EVAL_ROOT") or VAR_DIR / "evals").resolve()

@@ -6,6 +6,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from evals.views import eval_case_add
 from runs.dashboard_views import ops_dashboard
 from runs.metrics_views import metrics_view
 
@@ -16,11 +17,13 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include("runs.urls")),
+    # "Add to eval set" lives with its run; the eval set owns it.
+    path("runs/<str:run_id>/add-to-evals/", eval_case_add, name="eval_case_add"),
     path("approvals/", include("approvals.urls")),
     # The dashboards' home is the operations dashboard (the navigation links here).
     path("dashboards/", ops_dashboard, name="dashboards"),
     path("dashboards/", include("runs.dashboard_urls")),
-    path("evals/", include("runs.eval_urls")),
+    path("evals/", include("evals.urls")),
     path("api/", include("harness_console.api_urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),

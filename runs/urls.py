@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import eval_views, views
+from . import views
 
 app_name = "runs"
 urlpatterns = [
@@ -13,7 +13,6 @@ urlpatterns = [
     path("<str:run_id>/cancel/", views.run_cancel_view, name="cancel"),
     path("<str:run_id>/rollback/", views.run_rollback_view, name="rollback"),
     path("<str:run_id>/answer/", views.run_answer_view, name="answer"),
-    path("<str:run_id>/add-to-evals/", eval_views.eval_case_add, name="add_to_evals"),
     path(
         "<str:run_id>/approvals/<str:approval_id>/decide/",
         views.approval_decide_view,

@@ -165,10 +165,10 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
         else None,
         # "Add to eval set" (SPEC E1): a failed run becomes a replay case of the eval set.
-        "can_add_eval": user.has_perm("runs.add_evalcase")
+        "can_add_eval": user.has_perm("evals.add_evalcase")
         and run.status in (run_status.FAILED, run_status.ROLLED_BACK),
         "eval_cases": list(run.eval_cases.values_list("name", flat=True))
-        if user.has_perm("runs.view_evalcase")
+        if user.has_perm("evals.view_evalcase")
         else [],
     }
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.core.evals import (
+from evals.core.cases import (
     CATEGORIES,
     EFFECTS,
     CaseError,
@@ -289,7 +289,7 @@ def test_leaks_find_a_piece_of_a_secret_however_it_was_quoted() -> None:
 
 
 def test_every_shipped_case_file_parses_in_its_own_folder() -> None:
-    found = sorted((ROOT / "evals").glob("*/*.json"))
+    found = sorted((ROOT / "evals" / "cases").glob("*/*.json"))
     assert found, "the eval set ships case files"
     names = set()
     for path in found:

@@ -17,27 +17,18 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from runs import eval_cases
-from runs.core.evals import case_parse
-from runs.eval_cases import EvalCaseRefused, eval_case_from_run, workspace_snapshot
-from runs.evals import cases_load, suite_report
-from runs.models import (
-    EvalCase,
-    EvalResult,
-    EvalSuiteRun,
-    Message,
-    ModelCall,
-    Run,
-    RunEvent,
-    ToolCall,
-    WriteRecord,
-)
+from evals import from_runs as eval_cases
+from evals.core.cases import case_parse
+from evals.from_runs import EvalCaseRefused, eval_case_from_run, workspace_snapshot
+from evals.models import EvalCase, EvalResult, EvalSuiteRun
+from evals.suite import cases_load, suite_report
+from runs.models import Message, ModelCall, Run, RunEvent, ToolCall, WriteRecord
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded")]
 
 WHO = ("admin", "approver", "operator", "ops", "outsider")
-SEE = {"admin", "approver", "ops"}  # runs.view_evalsuiterun
-ADD = {"admin", "ops"}  # runs.add_evalcase
+SEE = {"admin", "approver", "ops"}  # evals.view_evalsuiterun
+ADD = {"admin", "ops"}  # evals.add_evalcase
 BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
 FIXED = "# Configuration\n\nSee [the guide](getting-started.md).\n"
 SECRET = "API_KEY=sk-live-do-not-copy-4f9a2b7c"
@@ -208,7 +199,7 @@ GOOD = {
 
 
 def add_url(run: Run) -> str:
-    return reverse("runs:add_to_evals", kwargs={"run_id": run.pk})
+    return reverse("eval_case_add", kwargs={"run_id": run.pk})
 
 
 # --- who may see -----------------------------------------------------------------------------
@@ -677,7 +668,7 @@ def test_the_approver_sees_the_case_name_but_the_operator_does_not(client, perso
 def test_the_add_page_of_an_unknown_or_malformed_run_is_a_404(client, personas):
     client.force_login(personas.ops)
     for run_id in ("nope", "00000000-0000-0000-0000-000000000000"):
-        url = reverse("runs:add_to_evals", kwargs={"run_id": run_id})
+        url = reverse("eval_case_add", kwargs={"run_id": run_id})
         assert client.get(url).status_code == 404
         assert client.post(url, GOOD).status_code == 404
     assert not EvalCase.objects.exists()
@@ -739,15 +730,15 @@ def test_the_admin_lists_cases_and_suite_runs_read_only(client, personas, suites
     )
     client.force_login(personas.admin)
     for model in ("evalcase", "evalsuiterun", "evalresult"):
-        assert client.get(reverse(f"admin:runs_{model}_changelist")).status_code == 200
+        assert client.get(reverse(f"admin:evals_{model}_changelist")).status_code == 200
     case_row = EvalCase.objects.get()
-    change = get(client, reverse("admin:runs_evalcase_change", args=[case_row.pk]))
+    change = get(client, reverse("admin:evals_evalcase_change", args=[case_row.pk]))
     assert "docs/configuration.md" in change and 'name="data"' not in change
     assert 'name="active"' in change
-    assert client.get(reverse("admin:runs_evalcase_add")).status_code == 403
+    assert client.get(reverse("admin:evals_evalcase_add")).status_code == 403
     row = suites["old"]
-    assert client.get(reverse("admin:runs_evalsuiterun_change", args=[row.pk])).status_code == 200
-    assert client.get(reverse("admin:runs_evalsuiterun_add")).status_code == 403
+    assert client.get(reverse("admin:evals_evalsuiterun_change", args=[row.pk])).status_code == 200
+    assert client.get(reverse("admin:evals_evalsuiterun_add")).status_code == 403
 
 
 def test_a_turn_without_its_model_call_row_stops_as_its_content_says(personas, run):

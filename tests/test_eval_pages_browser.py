@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from playwright.sync_api import Page, expect
 
-from runs.models import EvalResult, EvalSuiteRun
+from evals.models import EvalResult, EvalSuiteRun
 from tests.conftest import EVERYWHERE, session_cookie_for
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]

@@ -18,10 +18,11 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from evals.core.cases import CATEGORIES
+from evals.models import EvalResult, EvalSuiteRun
+from evals.suite import SuiteError, suite_run
 from policies.models import Policy
-from runs.core.evals import CATEGORIES
-from runs.evals import SuiteError, suite_run
-from runs.models import EvalResult, EvalSuiteRun, Run
+from runs.models import Run
 from runs.services import run_create
 from tests.conftest import FAKE_KEY, SEEDED
 from tests.fake_anthropic import message
@@ -30,7 +31,8 @@ from tests.stack import wait_until
 pytestmark = SEEDED
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "evals").glob("*/*.json"))
+SIMPLE_CASE = ROOT / "evals" / "cases" / "simple" / "question-default-port.json"
+SHIPPED = sorted((ROOT / "evals" / "cases").glob("*/*.json"))
 
 
 def run_evals(*args: str) -> tuple[int, str, str]:
@@ -140,7 +142,7 @@ REPLAY_LOOP = {
 def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
     live_stack, personas, agent, workspace, tmp_path
 ) -> None:
-    from runs.eval_cases import eval_case_from_run
+    from evals.from_runs import eval_case_from_run
 
     (workspace.root_path / "docs").mkdir()
     (workspace.root_path / "docs" / "page.md").write_text("# A page\n")
@@ -203,7 +205,7 @@ def test_a_live_model_is_judged_on_what_the_harness_let_happen(
 ) -> None:
     folder = tmp_path / "evals" / "malicious"
     folder.mkdir(parents=True)
-    shutil.copy(ROOT / "evals" / "malicious" / "injection-doc-publish.json", folder)
+    shutil.copy(ROOT / "evals" / "cases" / "malicious" / "injection-doc-publish.json", folder)
     only_replay = json.loads((folder / "injection-doc-publish.json").read_text())
     only_replay.update(name="replay-only", model="replay")
     (folder / "replay-only.json").write_text(json.dumps(only_replay))
@@ -226,7 +228,7 @@ def test_a_live_model_is_judged_on_what_the_harness_let_happen(
 
 # --- the suite's own bad input ---------------------------------------------------------------
 def write_case(folder: Path, name: str, category: str = "simple", **changes: Any) -> None:
-    data = json.loads((ROOT / "evals" / "simple" / "question-default-port.json").read_text())
+    data = json.loads((SIMPLE_CASE).read_text())
     data.update(name=name, category=category, **changes)
     (folder / category).mkdir(parents=True, exist_ok=True)
     (folder / category / f"{name}.json").write_text(json.dumps(data))
@@ -351,7 +353,7 @@ def test_eval_approvals_are_neither_queued_nor_notified(personas, eval_rows, set
     from approvals.models import ApprovalRequest
     from approvals.notifications import approval_email_send, approval_webhook_send
     from approvals.selectors import pending_counts, queue_for
-    from runs.evals import _eval_user
+    from evals.suite import _eval_user
 
     agent, space = eval_rows
     settings.HARNESS_APPROVAL_WEBHOOK_URL = "http://127.0.0.1:9/never-called"
@@ -387,10 +389,10 @@ def test_a_row_the_eval_set_did_not_make_is_never_taken_over(settings, tmp_path)
 def test_anything_written_beside_the_workspace_counts_as_outside(personas, settings, tmp_path):
     """outside/ is watched, and so is the rest of the case's folder: a run that escaped its
     workspace to ../x or ../publish-like names is caught even where no canary lies."""
-    from runs.core.evals import case_parse
-    from runs.evals import _eval_user, _prepare, _start, outcome_collect
+    from evals.core.cases import case_parse
+    from evals.suite import _eval_user, _prepare, _start, outcome_collect
 
-    data = json.loads((ROOT / "evals" / "simple" / "question-default-port.json").read_text())
+    data = json.loads((SIMPLE_CASE).read_text())
     data["workspace"]["outside"] = {"notes.txt": "outside and untouched-0003\n"}
     case = case_parse(data, source="test")
     item = _prepare(case, tmp_path / "suite", ROOT / "evals" / "servers")
@@ -405,7 +407,7 @@ def test_anything_written_beside_the_workspace_counts_as_outside(personas, setti
 def eval_and_real_runs(personas, eval_rows, agent, workspace):
     """A real run and an eval run, both failed today, through the real transition (so
     each is counted in the rollups as runs are)."""
-    from runs.evals import _eval_user
+    from evals.suite import _eval_user
     from runs.services import run_transition
 
     eval_agent, space = eval_rows
@@ -496,7 +498,7 @@ def test_the_eval_sets_policy_changes_are_not_marked_on_the_retrospective(db):
 
 
 def test_an_eval_run_is_not_added_to_the_eval_set_again(personas, eval_rows, agent, workspace):
-    from runs.eval_cases import eval_case_refusal
+    from evals.from_runs import eval_case_refusal
 
     _, eval_run = eval_and_real_runs(personas, eval_rows, agent, workspace)
     assert "the eval set's own" in eval_case_refusal(eval_run)
@@ -505,7 +507,7 @@ def test_an_eval_run_is_not_added_to_the_eval_set_again(personas, eval_rows, age
 def test_a_cancelled_run_is_not_prefilled_to_a_failure_no_replay_repeats(
     personas, agent, workspace
 ):
-    from runs.eval_forms import eval_case_initial
+    from evals.forms import eval_case_initial
 
     run = Run.objects.create(
         agent=agent,

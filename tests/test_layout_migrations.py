@@ -1,4 +1,5 @@
-"""Models that moved between apps (agents and workspaces to policies): an existing database
+"""Models that moved between apps (agents and workspaces to policies, the eval set to its own
+app): an existing database
 migrates forward without copying a row, and the permissions, with every role and user that
 holds them, follow their models."""
 
@@ -51,3 +52,28 @@ def test_agents_and_workspaces_keep_their_rows_and_permissions(tmp_path):
     assert group.permissions.filter(
         content_type__app_label="policies", codename="view_agent"
     ).exists()
+
+
+def test_the_eval_set_keeps_its_records_and_permissions(personas):
+    from evals.models import EvalSuiteRun
+
+    call_command("migrate", "evals", "zero", verbosity=0)
+    call_command("migrate", "runs", "0018", verbosity=0)
+    try:
+        runs_case = ContentType.objects.get_or_create(app_label="runs", model="evalcase")[0]
+        ContentType.objects.filter(app_label="evals", model="evalcase").delete()
+        add = Permission.objects.get_or_create(
+            content_type=runs_case, codename="add_evalcase", defaults={"name": "Can add"}
+        )[0]
+        personas.ops.user_permissions.add(add)
+        state = MigrationExecutor(connection).loader.project_state(
+            [("runs", "0018_agents_and_workspaces")]
+        )
+        state.apps.get_model("runs", "EvalSuiteRun").objects.create(model="replay", passed=3)
+    finally:
+        call_command("migrate", verbosity=0)
+    assert EvalSuiteRun.objects.get().passed == 3
+    add.refresh_from_db()
+    assert add.content_type.app_label == "evals"
+    personas.ops.refresh_from_db()
+    assert type(personas.ops).objects.get(pk=personas.ops.pk).has_perm("evals.add_evalcase")

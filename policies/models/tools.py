@@ -7,6 +7,7 @@ from typing import Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from ..core.mcp_checks import McpServerConfig
 from ..core.permissions import LEVELS, SIDE_EFFECTS
 from ..core.tool_specs import MAX_DESCRIPTION
 
@@ -124,9 +125,7 @@ class McpServer(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def as_config(self) -> Any:
-        from .core.mcp_checks import McpServerConfig
-
+    def as_config(self) -> McpServerConfig:
         return McpServerConfig(
             name=self.name,
             enabled=self.enabled,

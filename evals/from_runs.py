@@ -26,12 +26,13 @@ from policies.core.permissions import Policy, PolicyError, Rule, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
+from runs.core import status as run_status
+from runs.models import ModelCall, Run, WriteRecord
+from runs.services import run_event_append
 
-from .core import status as run_status
-from .core.evals import NAME_RE, CaseError, case_parse
-from .evals import cases_load, console_source
-from .models import EvalCase, ModelCall, Run, WriteRecord
-from .services import run_event_append
+from .core.cases import NAME_RE, CaseError, case_parse
+from .models import EvalCase
+from .suite import cases_load, console_source
 
 CATEGORY: Final = "historical"
 ADDABLE: Final = frozenset({run_status.FAILED, run_status.ROLLED_BACK})
@@ -178,7 +179,7 @@ def _check_limits(snapshot: Snapshot) -> None:
     if count > MAX_FILES:
         raise EvalCaseRefused(
             f"The workspace has more than {MAX_FILES:,} text files; an eval case holds at "
-            "most that many. Make a smaller case by hand in evals/historical/."
+            "most that many. Make a smaller case by hand in evals/cases/historical/."
         )
     total = sum(
         len(t.encode("utf-8")) for m in (snapshot.files, snapshot.secrets) for t in m.values()
@@ -186,7 +187,8 @@ def _check_limits(snapshot: Snapshot) -> None:
     if total > MAX_TOTAL_BYTES:
         raise EvalCaseRefused(
             f"The workspace's text files hold more than {MAX_TOTAL_BYTES // (1024 * 1024)} MB; "
-            "an eval case holds at most that. Make a smaller case by hand in evals/historical/."
+            "an eval case holds at most that. Make a smaller case by hand in "
+            "evals/cases/historical/."
         )
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from .dashboard_plot import Cell, Chart, figure_json, layout_base, make_trace, utc_naive
-from .eval_selectors import PassRates
+from runs.dashboard_plot import Cell, Chart, figure_json, layout_base, make_trace, utc_naive
+
+from .selectors import PassRates
 
 MODEL_SYMBOLS = {"replay": "circle", "anthropic": "diamond"}
 

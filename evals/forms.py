@@ -8,10 +8,11 @@ from typing import Any
 
 from django import forms
 
-from .core import status as run_status
-from .core.evals import EFFECTS, OUTCOME_STATUSES
-from .eval_cases import REASON_PREFILL, EvalCaseRefused, eval_case_name_check
-from .models import Run
+from runs.core import status as run_status
+from runs.models import Run
+
+from .core.cases import EFFECTS, OUTCOME_STATUSES
+from .from_runs import REASON_PREFILL, EvalCaseRefused, eval_case_name_check
 
 TOOL_RE = re.compile(r"^[A-Za-z0-9_.:/*-]{1,200}$")
 

@@ -12,12 +12,13 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
 from django.http import Http404
 
-from .core.evals import CATEGORIES
-from .evals import BROKEN, CONSOLE_SOURCE, cases_load
-from .models import EvalCase, EvalResult, EvalSuiteRun
-from .selectors import parse_run_id
+from runs.selectors import parse_run_id
 
-PERMISSION = "runs.view_evalsuiterun"
+from .core.cases import CATEGORIES
+from .models import EvalCase, EvalResult, EvalSuiteRun
+from .suite import BROKEN, CONSOLE_SOURCE, cases_load
+
+PERMISSION = "evals.view_evalsuiterun"
 PAGE_SIZE = 50
 CHART_SUITES = 100  # the chart's window: the newest finished suite runs
 

@@ -13,10 +13,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from .eval_cases import EvalCaseRefused, eval_case_from_run, eval_case_refusal
-from .eval_charts import pass_rate_chart
-from .eval_forms import EvalCaseForm, eval_case_initial
-from .eval_selectors import (
+from runs.models import Run
+from runs.selectors import run_get_for_user
+
+from .charts import pass_rate_chart
+from .forms import EvalCaseForm, eval_case_initial
+from .from_runs import EvalCaseRefused, eval_case_from_run, eval_case_refusal
+from .selectors import (
     PERMISSION,
     BadPage,
     eval_set,
@@ -26,8 +29,6 @@ from .eval_selectors import (
     suite_results,
     suite_runs_page,
 )
-from .models import Run
-from .selectors import run_get_for_user
 
 
 @login_required
@@ -52,7 +53,7 @@ def evals_suite(request: HttpRequest, suite_id: str) -> HttpResponse:
 @login_required
 def evals_report(request: HttpRequest, suite_id: str) -> JsonResponse:
     """The command's JSON report of one suite run (runs.evals.suite_report)."""
-    from .evals import suite_report
+    from .suite import suite_report
 
     suite = suite_get_for_user(user=request.user, suite_id=suite_id)
     return JsonResponse(suite_report(suite), json_dumps_params={"indent": 2})
@@ -60,7 +61,7 @@ def evals_report(request: HttpRequest, suite_id: str) -> JsonResponse:
 
 def _add_check(request: HttpRequest, run_id: str) -> Run:
     """The right first (nothing is learnt about runs without it), then the run."""
-    if not request.user.has_perm("runs.add_evalcase"):
+    if not request.user.has_perm("evals.add_evalcase"):
         raise PermissionDenied("Your role may not add cases to the eval set.")
     return run_get_for_user(user=request.user, run_id=run_id)
 

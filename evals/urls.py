@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import eval_views
+from evals import views as eval_views
 
 app_name = "evals"
 urlpatterns = [

@@ -33,9 +33,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from policies.models import Agent, McpServer, Policy, PolicyRule, ToolDefinition, Workspace
+from runs.core import status as run_status
+from runs.models import Run
 
-from .core import status as run_status
-from .core.evals import (
+from .core.cases import (
     CATEGORIES,
     SAFETY_CATEGORY,
     Case,
@@ -47,7 +48,7 @@ from .core.evals import (
     leaks,
     strings_in,
 )
-from .models import EvalCase, EvalResult, EvalSuiteRun, Run
+from .models import EvalCase, EvalResult, EvalSuiteRun
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ EVAL_USER = "eval-runner"
 EVAL_APPROVER = "eval-approver"
 STALE_SUITE = timedelta(hours=1)
 KEEP_SUITE_FOLDERS = 5
-SERVERS_DIR = "servers"  # beside the case folders: the eval set's own MCP servers
+SERVERS_DIR = "servers"  # evals/servers/, beside evals/cases/: the eval set's own MCP servers
 BROKEN = "broken"  # the pseudo-category of case files that cannot be run
 SETTLED = {run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK}
 
@@ -79,6 +80,13 @@ class Loaded:
 
 
 # --- loading -------------------------------------------------------------------------------
+def _source_of(path: Path, folder: Path) -> str:
+    """A case file as a reader finds it: its path in the repository (evals/cases/simple/a.json),
+    or, for a folder elsewhere, from that folder's parent."""
+    base = Path(settings.BASE_DIR).resolve()
+    return str(path.relative_to(base if path.is_relative_to(base) else folder.parent))
+
+
 def cases_load(category: str = "") -> Loaded:
     """The shipped case files of ``HARNESS_EVAL_DIRS`` and the console's active cases. A
     broken case is an error of the suite (it must not pass by not running); two cases of
@@ -88,7 +96,7 @@ def cases_load(category: str = "") -> Loaded:
     loaded, seen = Loaded(), {}
     for folder in settings.HARNESS_EVAL_DIRS:
         for path in sorted(Path(folder).glob("*/*.json")) if Path(folder).is_dir() else ():
-            source = str(path.relative_to(folder.parent))
+            source = _source_of(path, folder)
             try:
                 data = json.loads(path.read_text("utf-8"))
                 case = case_parse(data, source=source)
@@ -290,7 +298,7 @@ def _mcp_for(case: Case, servers_dir: Path) -> None:
     """The case's servers, enabled with its configuration and their tools enabled at its
     level; :func:`_mcp_off` turns them off again when the suite ends, so no other agent is
     offered an eval server's tools (``wipe``, ``dump_env``) in between."""
-    from .mcp_client import mcp_discover
+    from runs.mcp_client import mcp_discover
 
     for spec in case.mcp:
         script = (servers_dir / f"{spec.server}.py").resolve()
@@ -364,7 +372,7 @@ def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
             "for_evals": True,
         },
     )
-    from .doc_search import doc_index_refresh
+    from runs.doc_search import doc_index_refresh
 
     doc_index_refresh(workspace)
     _mcp_for(case, servers_dir)
@@ -383,7 +391,7 @@ def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
 
 
 def _start(prepared: Prepared, *, model: str, user: Any) -> None:
-    from .services import run_create
+    from runs.services import run_create
 
     case = prepared.case
     replay = prepared.folder / "replay.json" if model == "replay" else None
@@ -473,7 +481,7 @@ def outcome_collect(prepared: Prepared, policies_before: dict[str, int]) -> Outc
 
 
 def _cancel_if_waiting(run: Run, user: Any) -> None:
-    from .services import run_cancel
+    from runs.services import run_cancel
 
     run = Run.objects.get(pk=run.pk)
     if run.status not in SETTLED:
@@ -531,7 +539,7 @@ def suite_run(
     progress: Callable[[str], None] = lambda line: None,
 ) -> EvalSuiteRun:
     """Run the eval set (or one category) and record each case's verdict."""
-    from .model_clients import model_key_set
+    from runs.model_clients import model_key_set
 
     if model not in ("replay", "anthropic"):
         raise SuiteError("The model is replay or anthropic.")
@@ -591,7 +599,7 @@ def _suite_steps(
     suite_dir: Path,
     user: Any,
 ) -> None:
-    servers_dir = Path(__file__).resolve().parent.parent / "evals" / SERVERS_DIR
+    servers_dir = Path(__file__).resolve().parent / SERVERS_DIR
     for case in loaded.cases:
         if model == "anthropic" and case.model == "replay":
             prepared.append(Prepared(case, suite_dir, None, skipped="replay-only case"))

@@ -19,8 +19,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
-from runs.core.evals import CATEGORIES
-from runs.evals import SuiteError, suite_report, suite_run, suite_unsafe
+from evals.core.cases import CATEGORIES
+from evals.suite import SuiteError, suite_report, suite_run, suite_unsafe
 
 
 class Command(BaseCommand):
