@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from runs.admin import ReadOnlyAdmin
+from harness_console.web.admin import ReadOnlyAdmin
 
 from .models import ApprovalDecision, ApprovalRequest
 

@@ -15,7 +15,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.api import django_errors
+from harness_console.roles import may_decide
+from harness_console.web.api import django_errors
 
 from .models import ApprovalDecision, ApprovalRequest
 from .services import AlreadyDecided, approval_decide
@@ -25,7 +26,7 @@ class IsApprover(BasePermission):
     message = "Only approvers see and decide approval requests."
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.has_perm("runs.decide_approval"))
+        return may_decide(request.user)
 
 
 class DecisionSerializer(serializers.ModelSerializer):

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runs.consumers import GroupNewsConsumer
-from runs.live import APPROVALS_GROUP
-
-from .selectors import may_review
+from harness_console.roles import may_decide
+from harness_console.web.consumers import GroupNewsConsumer
+from harness_console.web.live import APPROVALS_GROUP
 
 
 class ApprovalQueueConsumer(GroupNewsConsumer):
@@ -22,7 +21,7 @@ class ApprovalQueueConsumer(GroupNewsConsumer):
     group = APPROVALS_GROUP
 
     def may_listen(self, user: Any) -> bool:
-        return may_review(user)
+        return may_decide(user)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         if not await self.still_allowed():

@@ -90,6 +90,7 @@ class ApprovalRequest(models.Model):
                 name="approval_once_per_question",
             )
         ]
+        permissions = [("decide_approval", "Can decide approval requests of runs")]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} for run {self.run_id} ({self.status})"

@@ -70,7 +70,7 @@ def worth_notifying(risk: str) -> bool:
 def approvers_to_tell(approval: ApprovalRequest) -> list[str]:
     """Active users who may decide it: approvers and admins, not its own requester."""
     perm = Permission.objects.filter(
-        content_type__app_label="runs", codename="decide_approval"
+        content_type__app_label="approvals", codename="decide_approval"
     ).first()
     who = Q(is_superuser=True)
     if perm is not None:

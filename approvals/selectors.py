@@ -8,6 +8,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.http import Http404
 
+from harness_console.roles import may_decide
+
 from .models import ApprovalRequest
 
 RISK_RANK = Case(
@@ -23,10 +25,6 @@ SORTS = {
     "risk": ("-risk_rank", "requested_at"),
     "expiry": ("expires_at", "requested_at"),
 }
-
-
-def may_review(user: Any) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.has_perm("runs.decide_approval"))
 
 
 def pending_count_for(user: Any) -> int:
@@ -57,7 +55,7 @@ def queue_for(
 
 def may_read(user: Any) -> bool:
     """Approvers read every request; so does anyone granted the model's view permission."""
-    if may_review(user):
+    if may_decide(user):
         return True
     return bool(user.is_active and user.has_perm("approvals.view_approvalrequest"))
 
@@ -90,7 +88,7 @@ def pending_counts(user: Any) -> dict[str, int]:
 
 def queue_neighbours(user: Any, approval: ApprovalRequest) -> dict[str, ApprovalRequest | None]:
     """The requests before and after this one in the user's queue (oldest first)."""
-    if not may_review(user):
+    if not may_decide(user):
         return {"previous": None, "next": None}
     queue = queue_for(user)
     return {

@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from harness_console.roles import may_decide
 from policies.models import ToolDefinition
 from policies.permissions import policy_row_for_agent
 from runs.core import status as run_status
@@ -191,7 +192,7 @@ def approval_decide(
     M distinct approvers said yes; one rejection rejects it. A final decision resumes the
     run: a tool call goes back to the loop (the model hears of a rejection or an edit); a
     rejected commit fails the run."""
-    if not (user.is_authenticated and user.has_perm("runs.decide_approval")):
+    if not may_decide(user):
         raise PermissionDenied("Only approvers decide approval requests.")
     if approval.run.requester_id == user.pk:
         raise PermissionDenied("A requester cannot decide on their own run.")

@@ -17,7 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from harness_console.fragments import wants_fragment
+from harness_console.roles import may_decide
+from harness_console.web.fragments import wants_fragment
 from policies.models import Agent
 
 from .binding import changes_since_asked
@@ -29,7 +30,6 @@ from .selectors import (
     SORTS,
     approval_for_user,
     may_read,
-    may_review,
     pending_count_for,
     pending_counts,
     queue_for,
@@ -78,7 +78,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     """Pending requests this approver may decide, at most QUEUE_LIMIT rows: one query for
     the rows, one count when there are more, one for the requests on their own runs."""
     user = request.user
-    if not may_review(user):
+    if not may_decide(user):
         raise PermissionDenied("Only approvers open the approval queue.")
     agents = list(
         Agent.objects.filter(for_evals=False).order_by("name").values_list("slug", "name")
@@ -119,7 +119,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
 def approval_count(request: HttpRequest) -> HttpResponse:
     """The navigation's count alone: every page of an approver refreshes it when the
     approvals socket says something changed."""
-    if not may_review(request.user):
+    if not may_decide(request.user):
         raise PermissionDenied("Only approvers count approval requests.")
     count = pending_count_for(request.user)
     return render(request, "approvals/nav_count.html", {"approvals_pending": count})
@@ -172,8 +172,8 @@ def _review(
         "votes": votes,
         "voted": voted,
         "is_requester": is_requester,
-        "may_decide": may_review(user),
-        "can_decide": approval.is_pending and may_review(user) and not is_requester and not voted,
+        "may_decide": may_decide(user),
+        "can_decide": approval.is_pending and may_decide(user) and not is_requester and not voted,
         **_editor(approval, form),
         "siblings": ApprovalRequest.objects.filter(
             run=run, status=ApprovalRequest.Status.PENDING

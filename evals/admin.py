@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from runs.admin import ReadOnlyAdmin, ReadOnlyInline
+from harness_console.web.admin import ReadOnlyAdmin, ReadOnlyInline
 
 from .models import EvalCase, EvalResult, EvalSuiteRun
 

@@ -12,13 +12,13 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
 from django.http import Http404
 
+from harness_console.roles import may_see_evals
 from runs.selectors import parse_run_id
 
 from .core.cases import CATEGORIES
 from .models import EvalCase, EvalResult, EvalSuiteRun
 from .suite import BROKEN, CONSOLE_SOURCE, cases_load
 
-PERMISSION = "evals.view_evalsuiterun"
 PAGE_SIZE = 50
 CHART_SUITES = 100  # the chart's window: the newest finished suite runs
 
@@ -32,7 +32,7 @@ class BadPage(ValueError):
 
 
 def evals_check(user: Any) -> None:
-    if not user.has_perm(PERMISSION):
+    if not may_see_evals(user):
         raise PermissionDenied("Your role may not see the eval set's results.")
 
 

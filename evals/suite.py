@@ -32,6 +32,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from harness_console.roles import DECIDE, SUBMIT_RUNS
 from policies.models import Agent, McpServer, Policy, PolicyRule, ToolDefinition, Workspace
 from runs.core import status as run_status
 from runs.models import Run
@@ -166,7 +167,7 @@ def tree_read(root: Path) -> dict[str, bytes]:
     return found
 
 
-def _eval_user(username: str = EVAL_USER, permission: str = "add_run") -> Any:
+def _eval_user(username: str = EVAL_USER, permission: str = SUBMIT_RUNS) -> Any:
     """A user nobody logs in as: the requester of eval runs (who may cancel them), or the
     person who answers a case's scripted approval decisions."""
     User = get_user_model()
@@ -176,9 +177,10 @@ def _eval_user(username: str = EVAL_USER, permission: str = "add_run") -> Any:
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
-    if not user.has_perm(f"runs.{permission}"):
+    if not user.has_perm(permission):
+        app_label, codename = permission.split(".")
         user.user_permissions.add(
-            Permission.objects.get(content_type__app_label="runs", codename=permission)
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
         )
         user = User.objects.get(pk=user.pk)  # drop the permission cache
     return user
@@ -649,7 +651,7 @@ def _await(prepared: list[Prepared], case_timeout: float, claim_timeout: float) 
     """Until every run has ended or waits for a person (answering the case's scripted
     approval decisions on the way), or its time is up. No run claimed by any worker within
     ``claim_timeout``: no worker is running; say so."""
-    approver = _eval_user(EVAL_APPROVER, "decide_approval")
+    approver = _eval_user(EVAL_APPROVER, DECIDE)
     waiting = {p.run.pk: p for p in prepared if p.run is not None}
     began = time.monotonic()
     claimed = False

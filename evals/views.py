@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from harness_console.roles import may_add_eval_case, may_see_evals
 from runs.models import Run
 from runs.selectors import run_get_for_user
 
@@ -20,7 +21,6 @@ from .charts import pass_rate_chart
 from .forms import EvalCaseForm, eval_case_initial
 from .from_runs import EvalCaseRefused, eval_case_from_run, eval_case_refusal
 from .selectors import (
-    PERMISSION,
     BadPage,
     eval_set,
     evals_check,
@@ -61,7 +61,7 @@ def evals_report(request: HttpRequest, suite_id: str) -> JsonResponse:
 
 def _add_check(request: HttpRequest, run_id: str) -> Run:
     """The right first (nothing is learnt about runs without it), then the run."""
-    if not request.user.has_perm("evals.add_evalcase"):
+    if not may_add_eval_case(request.user):
         raise PermissionDenied("Your role may not add cases to the eval set.")
     return run_get_for_user(user=request.user, run_id=run_id)
 
@@ -87,7 +87,7 @@ def eval_case_add(request: HttpRequest, run_id: str) -> HttpResponse:
             messages.success(
                 request, f"Added {case.name} to the eval set: the next suite run replays it."
             )
-            if request.user.has_perm(PERMISSION):
+            if may_see_evals(request.user):
                 return redirect(f"{reverse('evals:index')}#case-{case.name}")
             return redirect("runs:detail", run_id=run.pk)
     context = {

@@ -8,10 +8,7 @@ by later migrations reach the roles too (and a test database flush gets them bac
 
 from __future__ import annotations
 
-from functools import cache, partial
 from typing import Any
-
-from django.http import HttpRequest
 
 ADMIN, APPROVER, OPERATOR, OPS = "admin", "approver", "operator", "ops"
 ROLES = (ADMIN, APPROVER, OPERATOR, OPS)
@@ -28,12 +25,19 @@ ADMIN_EXTRA = (
 _SEE_RUNS = ("runs.view_run", "runs.view_step", "runs.view_runevent")
 _SEE_EVALS = ("evals.view_evalsuiterun", "evals.view_evalresult", "evals.view_evalcase")
 
+SEE_RUNS, SUBMIT_RUNS, DECIDE = "runs.view_run", "runs.add_run", "approvals.decide_approval"
+VIEW_DASHBOARDS, SEE_EVALS, ADD_EVAL_CASE = (
+    "runs.view_dashboards",
+    "evals.view_evalsuiterun",
+    "evals.add_evalcase",
+)
+
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     # Operators submit tasks and watch runs live.
     OPERATOR: (*_SEE_RUNS, "runs.add_run", "policies.view_agent", "policies.view_workspace"),
     # Approvers decide on what agents want to change; they read runs to do so, and the
     # dashboards show them how long approvals wait and what escaped verification.
-    APPROVER: (*_SEE_RUNS, "runs.decide_approval", "runs.view_dashboards", *_SEE_EVALS),
+    APPROVER: (*_SEE_RUNS, DECIDE, "runs.view_dashboards", *_SEE_EVALS),
     # Ops watch the operations and retrospective dashboards and the eval set's results,
     # and turn a failed run into an eval case.
     OPS: (*_SEE_RUNS, "runs.view_dashboards", *_SEE_EVALS, "evals.add_evalcase"),
@@ -81,27 +85,34 @@ def roles_sync_after_migrate(sender: Any, **kwargs: Any) -> None:
     roles_sync()
 
 
-def navigation(request: HttpRequest) -> dict[str, Any]:
-    """The navigation shows only what the user's role may open; an approver's shows how
-    many requests wait for them. That count is one COUNT query, made only by a template
-    that shows it (a fragment re-fetched by a live page usually does not)."""
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
-        return {"nav": []}
-    items: list[tuple[str, str, str]] = []
-    context: dict[str, Any] = {"nav": items}
-    if user.has_perm("runs.view_run"):
-        items.append(("runs", "Runs", "runs:list"))
-    if user.has_perm("runs.decide_approval"):
-        from approvals.selectors import pending_count_for
+# --- who may do what: every view, API endpoint, consumer and service asks these ----------
+def _holds(user: Any, permission: str) -> bool:
+    return bool(
+        user is not None and user.is_authenticated and user.is_active and user.has_perm(permission)
+    )
 
-        items.append(("approvals", "Approvals", "approvals:queue"))
-        context["approvals_pending"] = cache(partial(pending_count_for, user))
-        context["approvals_live"] = True  # the page loads approvals.js: a live count
-    if user.has_perm("runs.view_dashboards"):
-        items.append(("dashboards", "Dashboards", "dashboards"))
-    if user.has_perm("evals.view_evalsuiterun"):
-        items.append(("evals", "Evals", "evals:index"))
-    if user.is_staff:
-        items.append(("admin", "Admin", "admin:index"))
-    return context
+
+def may_see_runs(user: Any) -> bool:
+    return _holds(user, SEE_RUNS)
+
+
+def may_submit_runs(user: Any) -> bool:
+    return _holds(user, SUBMIT_RUNS)
+
+
+def may_decide(user: Any) -> bool:
+    """Approvers and admins decide approval requests (never on their own run: the caller
+    checks that, since it depends on the run)."""
+    return _holds(user, DECIDE)
+
+
+def may_view_dashboards(user: Any) -> bool:
+    return _holds(user, VIEW_DASHBOARDS)
+
+
+def may_see_evals(user: Any) -> bool:
+    return _holds(user, SEE_EVALS)
+
+
+def may_add_eval_case(user: Any) -> bool:
+    return _holds(user, ADD_EVAL_CASE)

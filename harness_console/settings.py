@@ -127,7 +127,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "harness_console.roles.navigation",
+                "harness_console.navigation.navigation",
             ],
         },
     },

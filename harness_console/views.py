@@ -5,7 +5,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from .roles import APPROVER, navigation
+from .navigation import navigation
+from .roles import APPROVER
 
 
 @login_required

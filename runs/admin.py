@@ -9,32 +9,13 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from harness_console.web.admin import ReadOnlyAdmin, ReadOnlyInline
 from policies.core.paths import PathRefused
 
 from .core.cost import price_in_force
 from .models import DailyRollup, DailyTotal, ModelPrice, Run, RunEvent, Step, ToolCall, WriteRecord
 from .pricing import price_version_create, prices
 from .tool_calls import RollbackRefused, tool_call_rollback
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class RunEventInline(ReadOnlyInline):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -19,6 +17,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from harness_console.roles import may_see_runs, may_submit_runs
+from harness_console.web.api import service_call
 from policies.models import Agent, Workspace
 
 from .core import status as run_status
@@ -30,20 +30,11 @@ from .tool_calls import RollbackRefused
 EVENTS_LIMIT = 500
 
 
-def django_errors(error: DjangoValidationError) -> ValidationError:
-    """A service's ValidationError as DRF's: a message per field."""
-    if hasattr(error, "error_dict"):
-        return ValidationError(
-            {k: [str(m) for m in v[0].messages] for k, v in error.error_dict.items()}
-        )
-    return ValidationError({"detail": error.messages})
-
-
 class CanSeeRuns(BasePermission):
     message = "Your role may not see runs."
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.has_perm("runs.view_run"))
+        return may_see_runs(request.user)
 
 
 class StepSerializer(serializers.ModelSerializer):
@@ -245,15 +236,6 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["seq", "type", "payload", "created_at"]
 
 
-def _service(call: Any) -> Any:
-    try:
-        return call()
-    except DjangoValidationError as error:
-        raise django_errors(error) from None
-    except DjangoPermissionDenied as error:
-        raise PermissionDenied(str(error)) from None
-
-
 class RunViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -304,11 +286,11 @@ class RunViewSet(
 
     @extend_schema(request=RunCreateSerializer, responses={201: RunSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        if not request.user.has_perm("runs.add_run"):
+        if not may_submit_runs(request.user):
             raise PermissionDenied("Your role may not submit runs.")
         incoming = RunCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        run = _service(lambda: run_create(requester=request.user, **incoming.validated_data))
+        run = service_call(lambda: run_create(requester=request.user, **incoming.validated_data))
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -331,7 +313,7 @@ class RunViewSet(
         run = self.get_object()
         incoming = AnswerSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        run = _service(
+        run = service_call(
             lambda: run_answer(
                 run=run, user=request.user, answers=incoming.validated_data["answers"]
             )
@@ -342,7 +324,7 @@ class RunViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        run = _service(lambda: run_cancel(run=run, user=request.user))
+        run = service_call(lambda: run_cancel(run=run, user=request.user))
         return Response(RunSerializer(run).data)
 
     @extend_schema(request=None, responses=RunSerializer)
@@ -350,7 +332,7 @@ class RunViewSet(
     def rollback(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         try:
-            paths = _service(lambda: run_rollback(run=run, user=request.user))
+            paths = service_call(lambda: run_rollback(run=run, user=request.user))
         except RollbackRefused as error:
             return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
         run.refresh_from_db()

@@ -12,15 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .consumers import GroupNewsConsumer
-from .live import OPS_GROUP
+from harness_console.roles import may_view_dashboards
+from harness_console.web.consumers import GroupNewsConsumer
+from harness_console.web.live import OPS_GROUP
 
-PERMISSION = "runs.view_dashboards"
 NOTABLE = frozenset({"run.created", "status.changed"})
-
-
-def may_view_dashboards(user: Any) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.has_perm(PERMISSION))
 
 
 def notable(event_type: str) -> bool:

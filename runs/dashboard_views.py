@@ -11,17 +11,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from harness_console.fragments import wants_fragment
+from harness_console.roles import may_decide, may_view_dashboards
+from harness_console.web.fragments import wants_fragment
 
 from .dashboard_charts import ops_chart, retro_page
 from .dashboard_plot import percent
 from .dashboards import WINDOWS, filter_choices, ops_figures, retro_figures
 
-PERMISSION = "runs.view_dashboards"
-
 
 def _check(request: HttpRequest) -> None:
-    if not request.user.has_perm(PERMISSION):
+    if not may_view_dashboards(request.user):
         raise PermissionDenied("Your role may not open the dashboards.")
 
 
@@ -36,7 +35,7 @@ def ops_dashboard(request: HttpRequest) -> HttpResponse:
         "chart": ops_chart(ops),
         "finished_total": sum(ops.finished_24h.values()),
         "error_rate": percent(ops.last_hour["error_rate"]),
-        "may_review": request.user.has_perm("runs.decide_approval"),
+        "may_review": may_decide(request.user),
         "stuck_minutes": ops.stuck_after / 60,
     }
     template = "dashboards/ops_live.html" if wants_fragment(request) else "dashboards/ops.html"

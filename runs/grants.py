@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from harness_console.roles import may_decide
 from policies.core.paths import PathRefused, normalize_relative
 from policies.core.permissions import Grant, PolicyError, Rule
 
@@ -17,7 +18,7 @@ from .services import run_event_append
 
 
 def _may_decide(user: Any) -> None:
-    if not (user.is_authenticated and user.has_perm("runs.decide_approval")):
+    if not may_decide(user):
         raise PermissionDenied("Only approvers remember or revoke decisions.")
 
 

@@ -85,7 +85,6 @@ class Run(models.Model):
             models.Index(fields=["created_at"], name="run_created_idx"),  # started last hour
         ]
         permissions = [
-            ("decide_approval", "Can decide approval requests of runs"),
             ("view_dashboards", "Can open the operations and retrospective dashboards"),
         ]
 

@@ -8,6 +8,8 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from harness_console.roles import may_see_runs
+
 from .models import Run, RunEvent
 
 REPLAY_BATCH = 200
@@ -40,7 +42,7 @@ def run_get_for_user(*, user: Any, run_id: Any) -> Run:
     """
     if not user.is_authenticated:
         raise PermissionDenied("Log in to see runs.")
-    if not user.has_perm("runs.view_run"):
+    if not may_see_runs(user):
         raise PermissionDenied("Your role may not see runs.")
     parsed = parse_run_id(run_id)
     if parsed is None:

@@ -15,13 +15,14 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from harness_console.roles import may_decide, may_submit_runs
+from harness_console.web.live import event_publish
 from policies.models import Agent, Workspace
 
 from . import rollups, telemetry
 from .core import status as run_status
 from .core.failures import failure_kind
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
-from .live import event_publish
 from .model_clients import model_key_set
 from .models import Run, RunEvent
 
@@ -168,13 +169,13 @@ def run_may_act(user: Any, run: Run) -> bool:
     """Answer, cancel: the requester on their own run, operators' managers and admins on any."""
     if not user.is_authenticated:
         return False
-    if run.requester_id == user.pk and user.has_perm("runs.add_run"):
+    if run.requester_id == user.pk and may_submit_runs(user):
         return True
     return user.has_perm("runs.change_run")
 
 
 def run_may_roll_back(user: Any) -> bool:
-    return user.is_authenticated and (user.has_perm("runs.decide_approval") or user.is_superuser)
+    return may_decide(user)
 
 
 def _may_act(user: Any, run: Run, what: str) -> None:

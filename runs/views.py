@@ -17,6 +17,13 @@ from django.views.decorators.http import require_POST
 
 from approvals.models import ApprovalRequest
 from approvals.services import AlreadyDecided, approval_decide
+from harness_console.roles import (
+    may_add_eval_case,
+    may_decide,
+    may_see_evals,
+    may_see_runs,
+    may_submit_runs,
+)
 from policies.models import Agent, Workspace
 
 from .core import status as run_status
@@ -60,7 +67,7 @@ def _listed(rows: Any, filters: dict[str, str], name: str) -> Any:
 def run_list(request: HttpRequest) -> HttpResponse:
     """Runs, newest first, narrowed by the filters of runs.run_filters: the dashboards link
     here with the filters that select exactly the runs behind a figure."""
-    if not request.user.has_perm("runs.view_run"):
+    if not may_see_runs(request.user):
         raise PermissionDenied("Your role may not see runs.")
     filters = run_filters_read(request.GET)
     context = {
@@ -75,7 +82,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         .order_by("username"),
         "hidden": [(k, v) for k, v in filters.items() if v and k not in SELECTS],
         "described": run_filters_described(filters),
-        "can_submit": request.user.has_perm("runs.add_run"),
+        "can_submit": may_submit_runs(request.user),
     }
     runs = Run.objects.select_related("agent", "workspace", "requester")
     try:
@@ -92,7 +99,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def run_new(request: HttpRequest) -> HttpResponse:
-    if not request.user.has_perm("runs.add_run"):
+    if not may_submit_runs(request.user):
         raise PermissionDenied("Your role may not submit runs.")
     form = RunForm(request.POST or None, initial=_example_initial(request))
     if request.method == "POST" and form.is_valid():
@@ -156,7 +163,7 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "steps": run.steps.order_by("index"),
         "tool_calls": run.tool_calls.select_related("approved_by").order_by("started_at"),
         "grants": run.grants.select_related("granted_by", "revoked_by"),
-        "can_decide": user.has_perm("runs.decide_approval") and not is_requester,
+        "can_decide": may_decide(user) and not is_requester,
         "is_requester": is_requester,
         "can_act": run_may_act(user, run),
         "can_rollback": run.status == run_status.COMPLETED and run_may_roll_back(user),
@@ -165,10 +172,10 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
         else None,
         # "Add to eval set" (SPEC E1): a failed run becomes a replay case of the eval set.
-        "can_add_eval": user.has_perm("evals.add_evalcase")
+        "can_add_eval": may_add_eval_case(user)
         and run.status in (run_status.FAILED, run_status.ROLLED_BACK),
         "eval_cases": list(run.eval_cases.values_list("name", flat=True))
-        if user.has_perm("evals.view_evalcase")
+        if may_see_evals(user)
         else [],
     }
 

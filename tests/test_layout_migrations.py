@@ -77,3 +77,19 @@ def test_the_eval_set_keeps_its_records_and_permissions(personas):
     assert add.content_type.app_label == "evals"
     personas.ops.refresh_from_db()
     assert type(personas.ops).objects.get(pk=personas.ops.pk).has_perm("evals.add_evalcase")
+
+
+def test_deciding_approvals_stays_with_the_approvers_who_held_it(personas):
+    call_command("migrate", "approvals", "0003", verbosity=0)
+    call_command("migrate", "runs", "0019", verbosity=0)
+    try:
+        run_type = ContentType.objects.get(app_label="runs", model="run")
+        moved = Permission.objects.get(codename="decide_approval")
+        Permission.objects.filter(pk=moved.pk).update(content_type=run_type)
+    finally:
+        call_command("migrate", verbosity=0)
+    moved.refresh_from_db()
+    assert moved.content_type.model_class().__name__ == "ApprovalRequest"
+    assert Group.objects.get(name="approver").permissions.filter(pk=moved.pk).exists()
+    fresh = type(personas.approver).objects.get(pk=personas.approver.pk)
+    assert fresh.has_perm("approvals.decide_approval")

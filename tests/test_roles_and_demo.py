@@ -32,14 +32,14 @@ def test_the_migration_created_the_four_roles():
 
 def test_each_role_holds_what_it_needs_and_no_more():
     assert {"runs.add_run", "runs.view_run"} <= perms("operator")
-    assert "runs.decide_approval" not in perms("operator")
-    assert {"runs.decide_approval", "runs.view_dashboards"} <= perms("approver")
+    assert "approvals.decide_approval" not in perms("operator")
+    assert {"approvals.decide_approval", "runs.view_dashboards"} <= perms("approver")
     assert "runs.add_run" not in perms("approver")
     assert "runs.view_dashboards" in perms("ops")
-    assert not {"runs.add_run", "runs.decide_approval"} & perms("ops")
+    assert not {"runs.add_run", "approvals.decide_approval"} & perms("ops")
     assert {
         "policies.change_agent",
-        "runs.decide_approval",
+        "approvals.decide_approval",
         "runs.view_dashboards",
         "auth.add_user",
     } <= perms("admin")

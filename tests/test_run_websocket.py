@@ -163,7 +163,7 @@ def test_every_event_also_reaches_the_ops_group(run):
     from channels.db import database_sync_to_async
     from channels.layers import get_channel_layer
 
-    from runs.live import OPS_GROUP, PUBLISHER
+    from harness_console.web.live import OPS_GROUP, PUBLISHER
 
     PUBLISHER.flush()  # the run's creation event is out before the group is joined
 
