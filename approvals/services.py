@@ -21,8 +21,8 @@ from policies.models import ToolDefinition
 from policies.permissions import policy_row_for_agent
 from runs.core import status as run_status
 from runs.models import Run
+from runs.observability.telemetry import approval_event as approval_traced
 from runs.services import run_dispatch, run_event_append, run_fail_idle, run_transition
-from runs.telemetry import approval_event as approval_traced
 
 from .binding import originals_for
 from .core.binding import Binding

@@ -46,10 +46,10 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from harness_console.roles import APPROVER, OPERATOR, OPS, roles_sync
 from policies.models import Agent, Workspace
-from runs.dashboards import window
-from runs.history import history_generate
 from runs.models import ModelCall, Run, RunEvent, ToolCall
-from runs.rollups import cells_from_raw
+from runs.observability.dashboards.figures import window
+from runs.observability.rollups import cells_from_raw
+from runs.observability.synthetic import history_generate
 from tests.conftest import prices_seed
 
 GOAL_RETRO_30 = 0.300

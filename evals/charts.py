@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from runs.dashboard_plot import Cell, Chart, figure_json, layout_base, make_trace, utc_naive
+from runs.observability.dashboards.plot import (
+    Cell,
+    Chart,
+    figure_json,
+    layout_base,
+    make_trace,
+    utc_naive,
+)
 
 from .selectors import PassRates
 

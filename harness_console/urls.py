@@ -7,8 +7,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from evals.views import eval_case_add
-from runs.dashboard_views import ops_dashboard
-from runs.metrics_views import metrics_view
+from runs.observability.dashboards.views import ops_dashboard
+from runs.observability.metrics_view import metrics_view
 
 from .views import home
 
@@ -22,7 +22,7 @@ urlpatterns = [
     path("approvals/", include("approvals.urls")),
     # The dashboards' home is the operations dashboard (the navigation links here).
     path("dashboards/", ops_dashboard, name="dashboards"),
-    path("dashboards/", include("runs.dashboard_urls")),
+    path("dashboards/", include("runs.observability.dashboards.urls")),
     path("evals/", include("evals.urls")),
     path("api/", include("harness_console.api_urls")),
     path("admin/", admin.site.urls),

@@ -12,9 +12,9 @@ from django.utils.html import format_html
 from harness_console.web.admin import ReadOnlyAdmin, ReadOnlyInline
 from policies.core.paths import PathRefused
 
-from .core.cost import price_in_force
 from .models import DailyRollup, DailyTotal, ModelPrice, Run, RunEvent, Step, ToolCall, WriteRecord
-from .pricing import price_version_create, prices
+from .observability.core.cost import price_in_force
+from .observability.pricing import price_version_create, prices
 from .tool_calls import RollbackRefused, tool_call_rollback
 
 

@@ -42,8 +42,8 @@ from policies.core.permissions import Rule, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
+from runs import run_hooks
 
-from . import run_hooks, telemetry
 from .conversation import (
     last_tool_use,
     message_append,
@@ -54,7 +54,6 @@ from .conversation import (
 from .core import loop
 from .core import status as run_status
 from .core.compaction import Thresholds, compact, estimate_tokens
-from .core.cost import Tokens, run_basis
 from .core.intake import StructuredTask, intake
 from .core.model_turns import OFFLINE_REPLAY, ModelError, Usage
 from .leases import (
@@ -68,7 +67,9 @@ from .leases import (
 )
 from .model_clients import model_for_run, system_blocks
 from .models import Message, ModelCall, Run, RunEvent, Step, ToolCall
-from .pricing import call_cost
+from .observability import telemetry
+from .observability.core.cost import Tokens, run_basis
+from .observability.pricing import call_cost
 from .services import cancel_if_requested, run_event_append, run_transition, steps_close
 from .tool_calls import (
     ToolCallStarted,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from .consumers import RunEventsConsumer
-from .dashboard_consumers import OpsDashboardConsumer
+from .observability.dashboards.consumers import OpsDashboardConsumer
 
 websocket_urlpatterns = [
     path("ws/runs/<str:run_id>/", RunEventsConsumer.as_asgi()),

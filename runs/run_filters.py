@@ -17,11 +17,11 @@ from urllib.parse import urlencode
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from .core import rollup
 from .core import status as run_status
 from .core.failures import LABELS as FAILURE_LABELS
 from .core.failures import OTHER
-from .rollups import day_bounds
+from .observability.core import rollup
+from .observability.rollups import day_bounds
 
 # In the order they appear in a list's address (and its pager's links).
 FIELDS = (

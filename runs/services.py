@@ -19,12 +19,12 @@ from harness_console.roles import may_decide, may_submit_runs
 from harness_console.web.live import event_publish
 from policies.models import Agent, Workspace
 
-from . import rollups, telemetry
 from .core import status as run_status
 from .core.failures import failure_kind
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
 from .model_clients import model_key_set
 from .models import Run, RunEvent
+from .observability import rollups, telemetry
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from celery.signals import (
 from channels.layers import get_channel_layer
 
 from harness_console.logging import run_log_context, run_log_enter, run_log_exit
+from runs import flow, leases, services
 
-from . import flow, leases, services, telemetry
+from .observability import telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def live_layer_trim() -> None:
 @shared_task(ignore_result=True)
 def rollups_reconcile_recent() -> None:
     """Beat: yesterday's and today's rollups rebuilt from the raw rows (SPEC O6)."""
-    from .rollups import rollups_reconcile
+    from .observability.rollups import rollups_reconcile
 
     rollups_reconcile()
 

@@ -39,7 +39,7 @@ from policies.permissions import PATH_ARGUMENTS
 
 from .doc_search import search_docs
 from .models import Artifact, Run, ToolCall, WriteRecord
-from .telemetry import traced_tool_call
+from .observability.telemetry import traced_tool_call
 from .tools.builtin import unified_diff
 from .tools.context import policy_to_context
 from .tools.isolation import run_isolated

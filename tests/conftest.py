@@ -202,7 +202,7 @@ def fresh_instruction_cache() -> None:
     instruction_cache.instructions_invalidate()
     instruction_cache._memo.clear()
     # The same for the price table: a flushed database loses the prices the cache names.
-    from runs.pricing import prices_changed
+    from runs.observability.pricing import prices_changed
 
     prices_changed()
 

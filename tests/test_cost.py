@@ -11,9 +11,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from runs import flow
-from runs.core import cost
 from runs.models import ModelCall, ModelPrice, Run
-from runs.pricing import call_cost, price_version_create
+from runs.observability.core import cost
+from runs.observability.pricing import call_cost, price_version_create
 from runs.services import run_create
 from tests.conftest import SEEDED
 

@@ -23,10 +23,10 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from policies.models import Agent, InstructionVersion
-from runs.dashboards import retro_figures
-from runs.history import history_generate
 from runs.models import ModelCall, Run, RunEvent, ToolCall
-from runs.rollups import day_of, rollups_reconcile
+from runs.observability.dashboards.figures import retro_figures
+from runs.observability.rollups import day_of, rollups_reconcile
+from runs.observability.synthetic import history_generate
 from runs.services import run_create
 from runs.templatetags.money import usd
 from tests.conftest import EVERYWHERE
@@ -744,7 +744,7 @@ def test_a_status_change_reaches_the_ops_socket_as_a_notice(client, personas, ru
 def test_the_ops_socket_closes_for_a_user_who_lost_the_right(client, personas, run, monkeypatch):
     from channels.db import database_sync_to_async
 
-    from runs.dashboard_consumers import OpsDashboardConsumer
+    from runs.observability.dashboards.consumers import OpsDashboardConsumer
     from runs.services import run_transition
 
     monkeypatch.setattr(OpsDashboardConsumer, "recheck_seconds", 0.0)

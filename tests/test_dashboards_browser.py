@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from runs.history import history_generate
+from runs.observability.synthetic import history_generate
 from runs.services import run_create
 from tests.conftest import EVERYWHERE, session_cookie_for
 from tests.stack import off_loop

@@ -445,9 +445,9 @@ def test_the_runs_list_leaves_the_eval_set_out_unless_asked(
 def test_operations_figures_and_day_totals_leave_the_eval_set_out(
     personas, eval_rows, agent, workspace
 ):
-    from runs.dashboards import ops_figures, retro_figures
     from runs.models import DailyRollup, DailyTotal
-    from runs.rollups import day_of, rollups_reconcile
+    from runs.observability.dashboards.figures import ops_figures, retro_figures
+    from runs.observability.rollups import day_of, rollups_reconcile
 
     real, _ = eval_and_real_runs(personas, eval_rows, agent, workspace)
     ops = ops_figures()
@@ -487,7 +487,7 @@ def test_the_eval_sets_policy_changes_are_not_marked_on_the_retrospective(db):
     from datetime import date
 
     from policies.models import PolicyChange
-    from runs.dashboards import changes_between
+    from runs.observability.dashboards.figures import changes_between
 
     for name in ("eval-some-case", "strict"):
         policy = Policy.objects.create(name=name, description="Eval case x")

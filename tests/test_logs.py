@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from approvals.models import ApprovalRequest
 from harness_console.logging import RunContext, run_log_context
-from runs import tasks, telemetry
+from runs import tasks
 from runs.models import Run
+from runs.observability import telemetry
 from runs.services import run_create
 from tests.conftest import SEEDED
 from tests.fake_anthropic import FakeAnthropic, message

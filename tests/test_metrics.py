@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from runs import flow
-from runs.core import rollup
 from runs.models import DailyRollup, ModelCall, Run, ToolCall
-from runs.rollups import FINISHED, day_of, rollups_reconcile
+from runs.observability.core import rollup
+from runs.observability.rollups import FINISHED, day_of, rollups_reconcile
 from runs.services import run_cancel, run_create, run_rollback
 from tests.conftest import EVERYWHERE, session_cookie_for
 from tests.stack import wait_until

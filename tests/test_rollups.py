@@ -22,12 +22,12 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from policies.models import Agent, Workspace
 from runs import flow
-from runs.core import rollup
 from runs.core.failures import KINDS, OTHER, failure_kind
-from runs.dashboards import retro_figures, window
-from runs.history import FAILURES, history_generate
 from runs.models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
-from runs.rollups import cells_from_raw, day_of, rollups_reconcile
+from runs.observability.core import rollup
+from runs.observability.dashboards.figures import retro_figures, window
+from runs.observability.rollups import cells_from_raw, day_of, rollups_reconcile
+from runs.observability.synthetic import FAILURES, history_generate
 from runs.services import run_rollback
 from tests.conftest import SEEDED, prices_seed
 

@@ -20,9 +20,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from runs import flow, telemetry
+from runs import flow
 from runs.models import ModelCall, ModelPrice, Run, Step
-from runs.pricing import price_version_create, prices_changed
+from runs.observability import telemetry
+from runs.observability.pricing import price_version_create, prices_changed
 from runs.services import run_answer, run_create, run_rollback
 from tests.conftest import SEEDED
 from tests.stack import wait_until

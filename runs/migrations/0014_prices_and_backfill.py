@@ -25,9 +25,9 @@ NOTE = "Anthropic's published price (5-minute cache writes) when the console shi
 
 
 def forwards(apps, schema_editor):
-    from runs.core import cost
+    from runs.observability.core import cost
     from runs.core.failures import failure_kind
-    from runs.rollups import history_days, reconcile_day
+    from runs.observability.rollups import history_days, reconcile_day
 
     ModelPrice = apps.get_model("runs", "ModelPrice")
     Run = apps.get_model("runs", "Run")

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 def sum_the_cells(apps, schema_editor):
     """Each day's total from the cells the earlier migration built."""
-    from runs.core import rollup
+    from runs.observability.core import rollup
 
     DailyRollup = apps.get_model("runs", "DailyRollup")
     DailyTotal = apps.get_model("runs", "DailyTotal")

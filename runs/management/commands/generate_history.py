@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_console.roles import APPROVER, OPERATOR
-from runs.history import history_generate
+from runs.observability.synthetic import history_generate
 
 
 def _positive(text: str) -> int:

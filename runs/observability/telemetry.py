@@ -35,7 +35,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 from opentelemetry import trace
@@ -49,11 +49,11 @@ from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .core import status as run_status
-from .core.model_turns import ANTHROPIC
+from approvals.models import ApprovalRequest
 
-if TYPE_CHECKING:
-    from .models import Run, ToolCall
+from ..core import status as run_status
+from ..core.model_turns import ANTHROPIC
+from ..models import Run, Step, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -209,8 +209,6 @@ def _parent(run_id: Any, span_id: int) -> Context:
 def _stage_parent(run_id: Any, step_id: Any = None) -> Context:
     """The run's running stage (its Step row), or the run itself between stages."""
     if step_id is None:
-        from .models import Step
-
         step_id = (
             Step.objects.filter(run_id=run_id, status="running")
             .order_by("-index")
@@ -393,7 +391,6 @@ def approval_event(approval: Any, type: str) -> None:
 
 @_never_raises
 def _approval_span(approval_id: Any, parent: Context, ended_ns: int) -> None:
-    from approvals.models import ApprovalRequest
 
     tracer = _tracer()
     approval = ApprovalRequest.objects.select_related("decided_by").filter(pk=approval_id).first()
@@ -434,7 +431,6 @@ def run_transitioned(run: Run) -> None:
 def _run_ended(run_id: Any, status: str, at_ns: int) -> None:
     """1. A rollback (after the run completed, its spans sent): a ``harness.rollback`` span.
     2. Otherwise one ``harness.stage`` span per Step row, then the root span."""
-    from .models import Run
 
     tracer = _tracer()
     run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()

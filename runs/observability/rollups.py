@@ -21,8 +21,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
+from policies.models import Agent
+
+from ..core import status as run_status
+from ..models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from .core import rollup
-from .core import status as run_status
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +105,6 @@ def _approvals(rows: Iterable[dict[str, Any]]) -> list[rollup.ApprovalFacts]:
 
 def run_contribution(run_id: Any, *, status: str | None = None) -> dict[str, Any]:
     """What a finished run adds to its cell (as ``status`` when given)."""
-    from approvals.models import ApprovalRequest
-
-    from .models import ModelCall, Run, ToolCall
 
     run = Run.objects.filter(pk=run_id).values(*RUN_FIELDS).get()
     return rollup.contribution(
@@ -133,7 +134,6 @@ def total_locked(total_model: Any, day: date) -> Any:
 
 
 def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
-    from .models import DailyRollup, DailyTotal
 
     day = day_of(run.finished_at)
     cell = cell_locked(DailyRollup, day, run.agent_id, run.workspace_id)
@@ -245,10 +245,6 @@ def reconcile_day(
 
 def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
-    from approvals.models import ApprovalRequest
-    from policies.models import Agent
-
-    from .models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 
     left_out = set(Agent.objects.filter(for_evals=True).values_list("pk", flat=True))
     if days is None:

@@ -10,8 +10,8 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from ..models import ModelPrice
 from .core import cost as core
-from .models import ModelPrice
 
 CACHE_KEY = "harness:prices:v1"
 CACHE_SECONDS = 60

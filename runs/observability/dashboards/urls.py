@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import dashboard_views
+from runs.observability.dashboards import views as dashboard_views
 
 app_name = "dashboards"
 urlpatterns = [

@@ -40,14 +40,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from approvals.models import ApprovalRequest
 from harness_console.roles import ADMIN
 from policies.core.permissions import Decision
 from policies.models import Agent
 
+from ..core.failures import LABELS as FAILURE_KINDS
+from ..models import DailyRollup
 from .core import rollup
-from .core.failures import LABELS as FAILURE_KINDS
-from .dashboards import runs_by_active_status
-from .models import DailyRollup
+from .dashboards.figures import runs_by_active_status
 from .rollups import day_of
 
 # Bucket edges in seconds. Rollup histograms keep durations in ms rounded to two
@@ -135,7 +136,6 @@ def read_snapshot(using: str = "default") -> Iterator[None]:
 def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
     """Read one scrape's figures. Every agent gets its series, at zero before its first
     run, so rate() has a starting point; labels are agent slugs, never ids."""
-    from approvals.models import ApprovalRequest
 
     now = now or timezone.now()
     with read_snapshot():

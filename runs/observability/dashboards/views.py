@@ -14,9 +14,9 @@ from django.shortcuts import render
 from harness_console.roles import may_decide, may_view_dashboards
 from harness_console.web.fragments import wants_fragment
 
-from .dashboard_charts import ops_chart, retro_page
-from .dashboard_plot import percent
-from .dashboards import WINDOWS, filter_choices, ops_figures, retro_figures
+from .charts import ops_chart, retro_page
+from .figures import WINDOWS, filter_choices, ops_figures, retro_figures
+from .plot import percent
 
 
 def _check(request: HttpRequest) -> None:

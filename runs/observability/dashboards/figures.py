@@ -8,56 +8,33 @@ Views turn these into tables and Plotly charts; tests compare them with the raw 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from policies.models import Agent, Workspace
+from approvals.models import ApprovalRequest
+from policies.core.default_policy import DEFAULT_POLICY_NAME
+from policies.models import Agent, InstructionVersion, PolicyChange, Workspace
 
-from .core import rollup
-from .core import status as run_status
-from .core.failures import LABELS as FAILURE_LABELS
-from .models import DailyRollup, DailyTotal, Run
-from .rollups import day_of
+from ...core import status as run_status
+from ...core.failures import LABELS as FAILURE_LABELS
+from ...models import DailyRollup, DailyTotal, Run
+from ..core import rollup
+from ..core.retro import OUTCOMES, Retro, retro_compute
+from ..rollups import day_of
 
 EVAL_POLICY_PREFIX = "eval-"
 
 WINDOWS = (7, 30)
-OUTCOMES = (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK)
 WORKING = (run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
 RECENT_FAILURES = 10
 
 
 # --- retrospective -----------------------------------------------------------------------
-@dataclass
-class Retro:
-    days: list[date]
-    runs: dict[str, list[int]]  # outcome → per day
-    success_rate: list[float | None]  # completed / finished, per day
-    failures: list[tuple[str, str, int]]  # (kind, label, count), most first (Pareto)
-    cost: dict[tuple[str, str], list[Decimal]]  # (agent slug, model) → dollars per day
-    tokens: dict[tuple[str, str], list[int]]  # (agent slug, model) → tokens per day
-    tools: list[dict[str, Any]]  # tool, calls, errors, refused, error_rate; worst first
-    approval_p50: list[int | None]  # ms per day
-    approval_p95: list[int | None]
-    duration_p50: list[int | None]
-    duration_p95: list[int | None]
-    verified: list[int]
-    escaped: list[int]
-    totals: dict[str, Any] = field(default_factory=dict)
-    changes: list[dict[str, Any]] = field(default_factory=list)
-    agents: dict[int, str] = field(default_factory=dict)
-
-    @property
-    def escape_rate(self) -> list[float | None]:
-        return [e / v if v else None for v, e in zip(self.verified, self.escaped, strict=True)]
-
-
 def window(days: int, today: date | None = None) -> list[date]:
     last = today or day_of(timezone.now())
     return [last - timedelta(days=n) for n in range(days - 1, -1, -1)]
@@ -95,98 +72,14 @@ def retro_figures(
         for day, _agent, data in rows:
             rollup.accumulate(daily[index[day]], data)
         per_agent = [(day, agent, data.get("models")) for day, agent, data in rows]
-    whole = rollup.total(daily)
     slugs = dict(Agent.objects.values_list("pk", "slug"))
-    cost: dict[tuple[str, str], list[Decimal]] = {}
-    tokens: dict[tuple[str, str], list[int]] = {}
-    for day, agent, models in per_agent:
-        n = index[day]
-        for model, figures in (models or {}).items():
-            key = (slugs.get(agent, str(agent)), model)
-            cost.setdefault(key, [Decimal(0)] * len(span))[n] += Decimal(figures.get("cost", "0"))
-            tokens.setdefault(key, [0] * len(span))[n] += sum(
-                figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
-            )
-
-    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
-    finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
-    success = [runs["completed"][i] / n if n else None for i, n in enumerate(finished)]
-    failures = sorted(
-        (
-            (kind, FAILURE_LABELS.get(kind, kind), n)
-            for kind, n in whole.get("failures", {}).items()
-        ),
-        key=lambda f: (-f[2], f[0]),
-    )
-    tools = []
-    for name, figures in whole.get("tools", {}).items():
-        ran = figures.get("calls", 0) - figures.get("refused", 0)
-        errors = figures.get("errors", 0)
-        tools.append(
-            {
-                "tool": name,
-                "calls": figures.get("calls", 0),
-                "errors": errors,
-                "refused": figures.get("refused", 0),
-                "error_rate": errors / ran if ran else None,
-            }
-        )
-    tools.sort(key=lambda t: (-(t["error_rate"] or 0), t["tool"]))
-
-    def pct(data: dict[str, Any], path: tuple[str, ...], p: float) -> int | None:
-        for key in path:
-            data = data.get(key, {})
-        return rollup.percentile(data, p)
-
-    approval = ("approvals", "latency")
-    models_total = whole.get("models", {})
-    totals = {
-        "finished": sum(finished),
-        "completed": sum(runs["completed"]),
-        "failed": sum(runs["failed"]),
-        "rolled_back": sum(runs["rolled_back"]),
-        "success_rate": sum(runs["completed"]) / sum(finished) if sum(finished) else None,
-        "cost": Decimal(whole.get("cost", "0")),
-        "tokens": sum(
-            m.get(k, 0)
-            for m in models_total.values()
-            for k in ("input", "output", "cache_write", "cache_read")
-        ),
-        "model_calls": sum(m.get("calls", 0) for m in models_total.values()),
-        "estimated_calls": sum(m.get("estimated", 0) for m in models_total.values()),
-        "unpriced_calls": sum(m.get("unpriced", 0) for m in models_total.values()),
-        "approvals": whole.get("approvals", {}).get("requested", 0),
-        "approval_p50": pct(whole, approval, 50),
-        "approval_p95": pct(whole, approval, 95),
-        "duration_p50": pct(whole, ("duration",), 50),
-        "duration_p95": pct(whole, ("duration",), 95),
-        "verified": whole.get("verified", 0),
-        "escaped": whole.get("escaped", 0),
-    }
-    return Retro(
-        days=span,
-        runs=runs,
-        success_rate=success,
-        failures=failures,
-        cost=dict(sorted(cost.items())),
-        tokens=dict(sorted(tokens.items())),
-        tools=tools,
-        approval_p50=[pct(d, approval, 50) for d in daily],
-        approval_p95=[pct(d, approval, 95) for d in daily],
-        duration_p50=[pct(d, ("duration",), 50) for d in daily],
-        duration_p95=[pct(d, ("duration",), 95) for d in daily],
-        verified=[d.get("verified", 0) for d in daily],
-        escaped=[d.get("escaped", 0) for d in daily],
-        totals=totals,
-        changes=changes_between(span[0], span[-1], agent_id=agent_id),
-        agents=slugs,
-    )
+    changes = changes_between(span[0], span[-1], agent_id=agent_id)
+    return retro_compute(span=span, daily=daily, per_agent=per_agent, slugs=slugs, changes=changes)
 
 
 def changes_between(first: date, last: date, *, agent_id: int | None = None) -> list[dict]:
     """Policy and instruction changes in the window, to mark on the time axis: when the
     figures move, these are the first suspects."""
-    from policies.models import InstructionVersion, PolicyChange
 
     start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
@@ -198,8 +91,6 @@ def changes_between(first: date, last: date, *, agent_id: int | None = None) -> 
         if agent and agent["policy_id"]:
             policies = policies.filter(policy_id=agent["policy_id"])
         else:
-            from policies.core.default_policy import DEFAULT_POLICY_NAME
-
             policies = policies.filter(policy__name=DEFAULT_POLICY_NAME)
     else:  # the eval set's own policies (runs.evals names them eval-<case>) are its business
         policies = policies.exclude(policy__name__startswith=EVAL_POLICY_PREFIX)
@@ -257,7 +148,6 @@ def runs_by_active_status() -> dict[str, int]:
 
 
 def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) -> Ops:
-    from approvals.models import ApprovalRequest
 
     now = now or timezone.now()
     stuck_after = stuck_after or settings.HARNESS_STUCK_AFTER_SECONDS

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .core import status as run_status
-from .dashboard_plot import (
+from ...core import status as run_status
+from ...templatetags.money import usd
+from ..core.retro import OUTCOMES, Retro
+from .figures import Ops
+from .plot import (
     COLORWAY,
     OUTCOME_LABELS,
     STATE_COLORS,
@@ -31,8 +34,6 @@ from .dashboard_plot import (
     percent,
     time_layout,
 )
-from .dashboards import OUTCOMES, Ops, Retro
-from .templatetags.money import usd
 
 
 @dataclass

@@ -24,12 +24,13 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
 from policies.models import Agent, Workspace
 
+from ..core.failures import failure_kind
+from ..models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from .core import cost as core_cost
 from .core import rollup
-from .core.failures import failure_kind
-from .models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from .pricing import prices
 from .rollups import cell_locked, day_of, total_locked
 
@@ -145,7 +146,6 @@ def history_generate(
 ) -> HistorySummary:
     """Write ``runs`` finished runs over the last ``days`` days and count them in the
     rollups of their days."""
-    from approvals.models import ApprovalRequest
 
     agents = list(Agent.objects.order_by("pk").values("pk", "model"))
     workspaces = list(Workspace.objects.order_by("pk").values_list("pk", flat=True))

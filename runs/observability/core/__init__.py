@@ -1,0 +1,1 @@
+"""The observability core, pure: rollup arithmetic, cost, and the retrospective's figures."""

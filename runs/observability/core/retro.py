@@ -1,0 +1,139 @@
+"""The retrospective dashboard's figures (SPEC O6) from rollup cells, pure: the database
+reads the cells, this adds them up, so the same cells always give the same figures and the
+property tests can hold them against aggregates of the raw rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from ...core import status as run_status
+from ...core.failures import LABELS as FAILURE_LABELS
+from . import rollup
+
+OUTCOMES = (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK)
+
+
+@dataclass
+class Retro:
+    days: list[date]
+    runs: dict[str, list[int]]  # outcome → per day
+    success_rate: list[float | None]  # completed / finished, per day
+    failures: list[tuple[str, str, int]]  # (kind, label, count), most first (Pareto)
+    cost: dict[tuple[str, str], list[Decimal]]  # (agent slug, model) → dollars per day
+    tokens: dict[tuple[str, str], list[int]]  # (agent slug, model) → tokens per day
+    tools: list[dict[str, Any]]  # tool, calls, errors, refused, error_rate; worst first
+    approval_p50: list[int | None]  # ms per day
+    approval_p95: list[int | None]
+    duration_p50: list[int | None]
+    duration_p95: list[int | None]
+    verified: list[int]
+    escaped: list[int]
+    totals: dict[str, Any] = field(default_factory=dict)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    agents: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def escape_rate(self) -> list[float | None]:
+        return [e / v if v else None for v, e in zip(self.verified, self.escaped, strict=True)]
+
+
+def retro_compute(
+    *,
+    span: Sequence[date],
+    daily: Sequence[Mapping[str, Any]],
+    per_agent: Iterable[tuple[date, int, Mapping[str, Any] | None]],
+    slugs: Mapping[int, str],
+    changes: Iterable[dict[str, Any]] = (),
+) -> Retro:
+    """The retrospective over ``span``: ``daily`` holds each day's summed cells, ``per_agent``
+    the ``models`` part of each (day, agent) cell, for cost and tokens by agent and model."""
+    index = {day: n for n, day in enumerate(span)}
+    whole = rollup.total(daily)
+    cost: dict[tuple[str, str], list[Decimal]] = {}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    for day, agent, models in per_agent:
+        n = index[day]
+        for model, figures in (models or {}).items():
+            key = (slugs.get(agent, str(agent)), model)
+            cost.setdefault(key, [Decimal(0)] * len(span))[n] += Decimal(figures.get("cost", "0"))
+            tokens.setdefault(key, [0] * len(span))[n] += sum(
+                figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
+            )
+
+    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
+    finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
+    success = [runs["completed"][i] / n if n else None for i, n in enumerate(finished)]
+    failures = sorted(
+        (
+            (kind, FAILURE_LABELS.get(kind, kind), n)
+            for kind, n in whole.get("failures", {}).items()
+        ),
+        key=lambda f: (-f[2], f[0]),
+    )
+    tools = []
+    for name, figures in whole.get("tools", {}).items():
+        ran = figures.get("calls", 0) - figures.get("refused", 0)
+        errors = figures.get("errors", 0)
+        tools.append(
+            {
+                "tool": name,
+                "calls": figures.get("calls", 0),
+                "errors": errors,
+                "refused": figures.get("refused", 0),
+                "error_rate": errors / ran if ran else None,
+            }
+        )
+    tools.sort(key=lambda t: (-(t["error_rate"] or 0), t["tool"]))
+
+    def pct(data: dict[str, Any], path: tuple[str, ...], p: float) -> int | None:
+        for key in path:
+            data = data.get(key, {})
+        return rollup.percentile(data, p)
+
+    approval = ("approvals", "latency")
+    models_total = whole.get("models", {})
+    totals = {
+        "finished": sum(finished),
+        "completed": sum(runs["completed"]),
+        "failed": sum(runs["failed"]),
+        "rolled_back": sum(runs["rolled_back"]),
+        "success_rate": sum(runs["completed"]) / sum(finished) if sum(finished) else None,
+        "cost": Decimal(whole.get("cost", "0")),
+        "tokens": sum(
+            m.get(k, 0)
+            for m in models_total.values()
+            for k in ("input", "output", "cache_write", "cache_read")
+        ),
+        "model_calls": sum(m.get("calls", 0) for m in models_total.values()),
+        "estimated_calls": sum(m.get("estimated", 0) for m in models_total.values()),
+        "unpriced_calls": sum(m.get("unpriced", 0) for m in models_total.values()),
+        "approvals": whole.get("approvals", {}).get("requested", 0),
+        "approval_p50": pct(whole, approval, 50),
+        "approval_p95": pct(whole, approval, 95),
+        "duration_p50": pct(whole, ("duration",), 50),
+        "duration_p95": pct(whole, ("duration",), 95),
+        "verified": whole.get("verified", 0),
+        "escaped": whole.get("escaped", 0),
+    }
+    return Retro(
+        days=span,
+        runs=runs,
+        success_rate=success,
+        failures=failures,
+        cost=dict(sorted(cost.items())),
+        tokens=dict(sorted(tokens.items())),
+        tools=tools,
+        approval_p50=[pct(d, approval, 50) for d in daily],
+        approval_p95=[pct(d, approval, 95) for d in daily],
+        duration_p50=[pct(d, ("duration",), 50) for d in daily],
+        duration_p95=[pct(d, ("duration",), 95) for d in daily],
+        verified=[d.get("verified", 0) for d in daily],
+        escaped=[d.get("escaped", 0) for d in daily],
+        totals=totals,
+        changes=list(changes),
+        agents=dict(slugs),
+    )
