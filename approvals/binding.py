@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runs.tools.builtin import unified_diff
+from policies.core.diffs import file_diff
 
 from .core.binding import Binding, content_hash
 from .core.patch import PatchError
@@ -31,9 +31,9 @@ def binding_for(
     drafts = run.workspace.drafts_path / str(run.pk)
     paths = [p for p in paths if p]
     if kind == "commit" or tool in DIFF_TOOLS:
-        diff = "".join(unified_diff(_read(root, p), _read(drafts, p), p) for p in paths)
+        diff = "".join(file_diff(_read(root, p), _read(drafts, p), p) for p in paths)
     elif tool == "deleteFile":
-        diff = "".join(unified_diff(_read(root, p), None, p) for p in paths)
+        diff = "".join(file_diff(_read(root, p), None, p) for p in paths)
     else:
         diff = ""
     hashes = {p: content_hash(_read(root, p)) for p in paths}

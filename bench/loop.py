@@ -71,8 +71,9 @@ from runs.core import status as run_status
 from runs.model_clients import ReplayModel
 from runs.models import Artifact, Message, ModelCall, Run, RunEvent, Step, ToolCall, WriteRecord
 from runs.services import run_create
-from runs.tool_calls import IN_PROCESS, _side_effect
-from runs.tools.context import policy_to_context
+from runs.tools.child_context import policy_to_context
+from runs.tools.decide import side_effect
+from runs.tools.execute import IN_PROCESS
 from runs.tools.isolation import run_isolated
 
 # LangGraph 1.2 on this machine (../shared/NOTES.md), model and tool calls free.
@@ -170,7 +171,7 @@ def floor_run(fx: dict[str, Any], tool: str, path: Path, steps: int) -> dict[str
         "tool": {
             "name": tool,
             "level": definition.permission_level,
-            "side_effect": _side_effect(definition),
+            "side_effect": side_effect(definition),
         },
         "grants": [],
         "decided": dict(ARGUMENTS[tool]) if "path" in ARGUMENTS[tool] else {},

@@ -300,7 +300,7 @@ def _mcp_for(case: Case, servers_dir: Path) -> None:
     """The case's servers, enabled with its configuration and their tools enabled at its
     level; :func:`_mcp_off` turns them off again when the suite ends, so no other agent is
     offered an eval server's tools (``wipe``, ``dump_env``) in between."""
-    from runs.mcp_client import mcp_discover
+    from policies.mcp_servers import mcp_discover
 
     for spec in case.mcp:
         script = (servers_dir / f"{spec.server}.py").resolve()
@@ -374,7 +374,7 @@ def _prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
             "for_evals": True,
         },
     )
-    from runs.doc_search import doc_index_refresh
+    from runs.tools.doc_search import doc_index_refresh
 
     doc_index_refresh(workspace)
     _mcp_for(case, servers_dir)

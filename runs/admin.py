@@ -15,7 +15,7 @@ from policies.core.paths import PathRefused
 from .models import DailyRollup, DailyTotal, ModelPrice, Run, RunEvent, Step, ToolCall, WriteRecord
 from .observability.core.cost import price_in_force
 from .observability.pricing import price_version_create, prices
-from .tool_calls import RollbackRefused, tool_call_rollback
+from .tools.rollback import RollbackRefused, tool_call_rollback
 
 
 class RunEventInline(ReadOnlyInline):

@@ -25,7 +25,7 @@ from .core import status as run_status
 from .models import ModelCall, Run, RunEvent, Step, ToolCall
 from .selectors import BadAfter, parse_after
 from .services import run_answer, run_cancel, run_create, run_rollback
-from .tool_calls import RollbackRefused
+from .tools.rollback import RollbackRefused
 
 EVENTS_LIMIT = 500
 

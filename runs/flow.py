@@ -71,13 +71,11 @@ from .observability import telemetry
 from .observability.core.cost import Tokens, run_basis
 from .observability.pricing import call_cost
 from .services import cancel_if_requested, run_event_append, run_transition, steps_close
-from .tool_calls import (
-    ToolCallStarted,
-    tool_call_recover,
-    tool_call_run,
-    tool_output,
-)
-from .tool_registry import tool_definitions_for
+from .tools.call import tool_call_run
+from .tools.journal import ToolCallStarted
+from .tools.record import tool_output
+from .tools.recover import tool_call_recover
+from .tools.registry import tool_definitions_for
 
 logger = logging.getLogger(__name__)
 

@@ -317,7 +317,7 @@ def run_rollback(*, run: Run, user: Any) -> list[str]:
     the refusal names it.
     """
     from .models import WriteRecord
-    from .tool_calls import RollbackRefused, writes_restore
+    from .tools.rollback import RollbackRefused, writes_restore
 
     if not run_may_roll_back(user):
         raise PermissionDenied("Only approvers and admins roll back runs.")

@@ -49,7 +49,7 @@ from .services import (
     run_may_roll_back,
     run_rollback,
 )
-from .tool_calls import RollbackRefused
+from .tools.rollback import RollbackRefused
 
 PAGE_SIZE = 50
 TIMELINE_LIMIT = 1000

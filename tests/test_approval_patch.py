@@ -16,7 +16,7 @@ from approvals.core.patch import (
     parse_patch,
 )
 from approvals.diff_view import highlight_css, highlight_rows
-from runs.tools.builtin import unified_diff
+from policies.core.diffs import file_diff
 
 
 def text_of(lines: list[str]) -> str:
@@ -26,7 +26,7 @@ def text_of(lines: list[str]) -> str:
 
 def diff(before: list[str] | None, after: list[str] | None, path: str = "docs/a.md") -> str:
     enc = [None if side is None else text_of(side).encode() for side in (before, after)]
-    return unified_diff(enc[0], enc[1], path)
+    return file_diff(enc[0], enc[1], path)
 
 
 # Lines as splitlines() sees them: no line-boundary characters inside.
@@ -127,24 +127,24 @@ def test_no_newline_marker_is_ignored() -> None:
 
 def test_untouched_lines_keep_their_crlf_ends_and_a_missing_final_newline() -> None:
     before = b"a\r\nb\r\nc\r\n"
-    text = unified_diff(before, b"a\r\nB\r\nc\r\n", "f.txt")
+    text = file_diff(before, b"a\r\nB\r\nc\r\n", "f.txt")
     assert apply_patch({"f.txt": before.decode()}, text, {"f.txt"}) == {"f.txt": "a\r\nB\r\nc\r\n"}
     before = b"a\nb\nlast line"
-    text = unified_diff(before, b"a\nB\nlast line", "g.txt")
+    text = file_diff(before, b"a\nB\nlast line", "g.txt")
     assert apply_patch({"g.txt": before.decode()}, text, {"g.txt"}) == {"g.txt": "a\nB\nlast line"}
 
 
 @pytest.mark.parametrize("odd", ["\x0c", "\x85", "\u2028", "\r"])
 def test_a_file_with_other_line_separators_is_not_edited(odd: str) -> None:
     before = f"a\nb{odd}c\nd\n"
-    text = unified_diff(before.encode(), f"a\nb{odd}c\nD\n".encode(), "f.txt")
+    text = file_diff(before.encode(), f"a\nb{odd}c\nD\n".encode(), "f.txt")
     with pytest.raises(PatchError, match="line separators"):
         apply_patch({"f.txt": before}, text, {"f.txt"})
 
 
 def test_a_file_with_mixed_line_ends_is_not_edited() -> None:
     before = "a\r\nb\nc\r\n"
-    text = unified_diff(before.encode(), b"a\r\nB\nc\r\n", "f.txt")
+    text = file_diff(before.encode(), b"a\r\nB\nc\r\n", "f.txt")
     with pytest.raises(PatchError, match="mixes"):
         apply_patch({"f.txt": before}, text, {"f.txt"})
 
@@ -152,7 +152,7 @@ def test_a_file_with_mixed_line_ends_is_not_edited() -> None:
 def test_long_runs_of_blank_lines_and_long_files_parse_and_apply() -> None:
     """Inputs that were quadratic: 40,000 blank context lines; a hunk far from its header."""
     before = "\n" * 40_000 + "x\n"
-    text = unified_diff(before.encode(), ("\n" * 40_000 + "y\n").encode(), "f.txt")
+    text = file_diff(before.encode(), ("\n" * 40_000 + "y\n").encode(), "f.txt")
     assert apply_patch({"f.txt": before}, text, {"f.txt"})["f.txt"].endswith("\ny\n")
     blanks = "--- a/f.txt\n+++ b/f.txt\n@@ -1,1 +1,1 @@\n" + "\n" * 40_000 + "-x\n+y\n"
     with pytest.raises(PatchError):
@@ -270,7 +270,7 @@ def test_garbage_refuses(text: str, message: str) -> None:
 
 
 def test_binary_description_from_the_producer_refuses() -> None:
-    text = unified_diff(b"\xff\xfe", b"\xff", "img.png")
+    text = file_diff(b"\xff\xfe", b"\xff", "img.png")
     with pytest.raises(PatchError, match="binary files cannot be edited"):
         apply_patch({"img.png": None}, text, {"img.png"})
 

@@ -12,7 +12,7 @@ from approvals.services import AlreadyDecided, approval_decide
 from runs import flow
 from runs.models import Message, ModelCall, Run, ToolCall, WriteRecord
 from runs.services import run_answer, run_cancel, run_create, run_rollback
-from runs.tool_calls import RollbackRefused
+from runs.tools.rollback import RollbackRefused
 from tests.conftest import SEEDED
 
 pytestmark = SEEDED
@@ -160,7 +160,7 @@ def test_a_killed_worker_after_the_write_is_recovered_not_repeated(personas, run
     # Simulate the crash window: the call is journalled as running, its result unrecorded.
     ToolCall.objects.filter(pk=record.pk).update(status="running")
     assert record.pre_images["drafts:docs/configuration.md"] is None
-    from runs.tool_calls import tool_call_recover
+    from runs.tools.recover import tool_call_recover
 
     record.refresh_from_db()
     assert tool_call_recover(record=record) == "recovered"

@@ -10,7 +10,7 @@ from django.urls import reverse
 from policies.core.default_policy import DEFAULT_POLICY
 from policies.core.permissions import PolicyError
 from runs.grants import grant_create, grant_revoke
-from runs.tool_calls import tool_call_run
+from runs.tools.call import tool_call_run
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from policies.core.permissions import Policy, Rule
+from policies.mcp_servers import mcp_discover
 from policies.models import McpServer, ToolDefinition
-from runs.mcp_client import mcp_discover
-from runs.tool_calls import tool_call_run
+from runs.tools.call import tool_call_run
 
 pytestmark = pytest.mark.django_db
 OPEN = Policy("open", "L3", (Rule("all", "*", "allow"),))
@@ -123,7 +123,7 @@ def test_the_rate_limit_holds_across_the_turn_of_a_minute(notes):
     three in two seconds, the third refused (calendar minutes alone let it through)."""
     from datetime import UTC, datetime, timedelta
 
-    from runs.mcp_client import _count_this_minute
+    from runs.tools.mcp_client import _count_this_minute
 
     notes.name = f"notes{uuid.uuid4().hex[:8]}"
     minute = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -199,7 +199,7 @@ def test_only_admins_open_the_explainer(client, personas, who):
 def test_the_effect_of_an_edit_is_shown_before_saving(admin_client, workspace):
     from policies.core.permissions import Policy as CorePolicy
     from policies.core.permissions import Rule as CoreRule
-    from runs.tool_calls import tool_call_run
+    from runs.tools.call import tool_call_run
 
     policy = Policy.objects.create(name="team", ceiling="L3")
     PolicyRule.objects.create(

@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 
 from policies.core.default_policy import DEFAULT_POLICY
-from runs.doc_search import doc_index_refresh
 from runs.models import DocIndexEntry
-from runs.tool_calls import tool_call_run
+from runs.tools.call import tool_call_run
+from runs.tools.doc_search import doc_index_refresh
 
 pytestmark = pytest.mark.django_db
 

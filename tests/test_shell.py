@@ -11,8 +11,8 @@ from django.conf import settings
 
 from policies.core.default_policy import DEFAULT_POLICY
 from policies.core.permissions import Policy, Rule
-from runs.tool_calls import tool_call_run
-from runs.tools import shell
+from runs.tools.builtin import shell
+from runs.tools.call import tool_call_run
 
 pytestmark = pytest.mark.django_db
 OPEN = Policy("open", "L3", (Rule("all", "*", "allow"),))

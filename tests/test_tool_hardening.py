@@ -10,7 +10,7 @@ from policies.core.default_policy import DEFAULT_POLICY
 from policies.core.permissions import Policy, Rule
 from policies.instruction_cache import instructions_load
 from policies.models import ToolDefinition
-from runs.tool_calls import tool_call_run
+from runs.tools.call import tool_call_run
 from runs.tools.isolation import run_isolated
 
 pytestmark = pytest.mark.django_db
@@ -133,18 +133,18 @@ def test_a_path_that_changed_since_the_decision_is_not_touched(workspace, tmp_pa
 
 
 def test_a_write_never_follows_a_link_put_in_its_place(workspace, tmp_path):
-    from runs.tools.builtin import _write_bytes
+    from runs.tools.builtin.common import write_nofollow
 
     outside = tmp_path / "victim.txt"
     outside.write_text("intact")
     os.symlink(outside, workspace.root_path / "trap.md")
     with pytest.raises(OSError):
-        _write_bytes(workspace.root_path / "trap.md", b"overwritten")
+        write_nofollow(workspace.root_path / "trap.md", b"overwritten")
     assert outside.read_text() == "intact"
 
 
 def test_every_large_field_is_truncated_not_only_the_content():
-    from runs.tool_calls import MAX_RESULT_CHARS, _truncate
+    from runs.tools.record import MAX_RESULT_CHARS, _truncate
 
     shown, full = _truncate(
         {
@@ -164,7 +164,7 @@ def test_whether_a_result_is_cut_does_not_depend_on_how_long_the_tool_took():
     was cut when the call took 105 ms and kept whole at 95 ms (found by the eval set)."""
     import json
 
-    from runs.tool_calls import MAX_RESULT_CHARS, _truncate
+    from runs.tools.record import MAX_RESULT_CHARS, _truncate
 
     body = {"ok": True, "path": "docs/a.md", "content": ""}
     body["content"] = "x" * (MAX_RESULT_CHARS - len(json.dumps(body)))

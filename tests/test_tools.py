@@ -16,8 +16,10 @@ from policies.core.default_policy import DEFAULT_POLICY
 from policies.core.permissions import Policy, Rule
 from policies.models import ToolDefinition
 from runs.models import Artifact, ToolCall, WriteRecord
-from runs.tool_calls import MAX_RESULT_CHARS, RollbackRefused, tool_call_rollback, tool_call_run
+from runs.tools.call import tool_call_run
 from runs.tools.isolation import run_isolated
+from runs.tools.record import MAX_RESULT_CHARS
+from runs.tools.rollback import RollbackRefused, tool_call_rollback
 
 pytestmark = pytest.mark.django_db
 OPEN = Policy("open", "L3", (Rule("all", "*", "allow"),))
@@ -341,15 +343,15 @@ def test_an_admin_rolls_back_a_call_from_the_admin(client, personas, workspace):
 
 def test_the_tool_registry_holds_every_built_in_tool_and_each_one_runs():
     enabled = set(ToolDefinition.objects.filter(enabled=True).values_list("name", flat=True))
-    from runs.tool_calls import IN_PROCESS
     from runs.tools.builtin import IMPLEMENTATIONS
+    from runs.tools.execute import IN_PROCESS
 
     assert enabled == set(IMPLEMENTATIONS) | set(IN_PROCESS)
     assert not ToolDefinition.objects.filter(source="builtin", enabled=False).exists()
 
 
 def test_the_model_gets_definitions_only_of_tools_the_policy_could_allow():
-    from runs.tool_registry import tool_definitions_for
+    from runs.tools.registry import tool_definitions_for
 
     names = [d["name"] for d in tool_definitions_for(DEFAULT_POLICY)]
     assert names == sorted(

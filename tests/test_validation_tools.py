@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.core.default_policy import DEFAULT_POLICY
-from runs.tool_calls import tool_call_run
+from runs.tools.call import tool_call_run
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,6 @@
 """Parsing, validating and applying an approver's (possibly edited) unified diff, pure.
 
-Approvers review the diff a run's tool produced (``runs.tools.builtin.unified_diff``) and
+Approvers review the diff a run's tool produced (``policies.core.diffs.file_diff``) and
 may edit it before approving. Editors break hunk header counts as soon as a ``+`` line is
 added or removed, so the counts are recomputed from each hunk's body; the content is what
 matters, so every context and removed line must match the current file exactly (a hunk may

@@ -3,7 +3,6 @@ instruction versions with history, diff and restore."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from django import forms
@@ -16,6 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from ..core.diffs import text_diff
 from ..core.layers import DEFAULT_LAYERS
 from ..models import (
     Agent,
@@ -102,19 +102,6 @@ class InstructionForm(forms.ModelForm):
         widgets = {"text": forms.Textarea(attrs={"rows": 24, "cols": 100})}
 
 
-def unified_diff(old: str, new: str, old_label: str, new_label: str) -> str:
-    """Every line ends with a newline here, so a last line without one is not glued to the
-    next line of the diff."""
-    return "".join(
-        difflib.unified_diff(
-            [line + "\n" for line in old.splitlines()],
-            [line + "\n" for line in new.splitlines()],
-            old_label,
-            new_label,
-        )
-    )
-
-
 @admin.register(InstructionVersion)
 class InstructionVersionAdmin(admin.ModelAdmin):
     """Saving adds a version; nothing is ever changed or deleted. Restore copies forward."""
@@ -185,7 +172,7 @@ class InstructionVersionAdmin(admin.ModelAdmin):
             .first()
         )
         old, label = (previous.text, f"v{previous.version}") if previous else ("", "(none)")
-        diff = unified_diff(old, obj.text, label, f"v{obj.version}") or "(no change)"
+        diff = text_diff(old, obj.text, label, f"v{obj.version}") or "(no change)"
         return format_html("<pre class='diff'>{}</pre>", diff)
 
     @admin.display(description="Actions")
@@ -230,7 +217,7 @@ class InstructionVersionAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": f"Restore {version}?",
             "version": version,
-            "diff": unified_diff(
+            "diff": text_diff(
                 current.text if current else "",
                 version.text,
                 f"current v{current.version if current else 0}",
@@ -254,9 +241,7 @@ class InstructionVersionAdmin(admin.ModelAdmin):
         diff = ""
         if against is not None:
             diff = (
-                unified_diff(
-                    against.text, version.text, f"v{against.version}", f"v{version.version}"
-                )
+                text_diff(against.text, version.text, f"v{against.version}", f"v{version.version}")
                 or "(no change)"
             )
         context = {

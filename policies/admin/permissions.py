@@ -19,6 +19,7 @@ from ..core.paths import PathRefused
 from ..core.permissions import Policy as CorePolicy
 from ..core.permissions import PolicyError, Rule
 from ..core.tool_specs import BUILTIN_TOOLS
+from ..mcp_servers import mcp_discover
 from ..models import (
     McpServer,
     Policy,
@@ -202,7 +203,6 @@ class McpServerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Refresh the tools of the selected servers")
     def refresh_tools(self, request: HttpRequest, queryset: Any) -> None:
-        from runs.mcp_client import mcp_discover
 
         for server in queryset:
             try:

@@ -14,8 +14,9 @@ from typing import Any
 
 from policies.core.paths import PathRefused
 
-from .builtin import IMPLEMENTATIONS, ToolFailure
-from .context import CONSOLE
+from .builtin import IMPLEMENTATIONS
+from .builtin.common import ToolFailure
+from .child_context import CONSOLE
 
 
 def _implementation(name: str):

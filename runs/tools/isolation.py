@@ -17,17 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness_console.child_env import scrubbed_env
+
 ROOT = Path(__file__).resolve().parent.parent.parent
-SAFE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ")
-
-
-def scrubbed_env() -> dict[str, str]:
-    """No secret (the Anthropic key, database URLs) reaches a tool."""
-    env = {key: os.environ[key] for key in SAFE_ENV_KEYS if key in os.environ}
-    env.setdefault("LANG", "C.UTF-8")
-    env["PYTHONPATH"] = str(ROOT)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
 
 
 def _die_with_parent() -> None:

@@ -16,7 +16,8 @@ from policies.core.default_policy import DEFAULT_POLICY_NAME
 from policies.core.permissions import PolicyError
 from policies.models import Workspace
 from policies.permissions import parse_arguments, policy_load
-from runs.tool_calls import tool_call_run, tool_output
+from runs.tools.call import tool_call_run
+from runs.tools.record import tool_output
 
 
 class Command(BaseCommand):

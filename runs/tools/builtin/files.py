@@ -8,112 +8,37 @@ Every path is resolved inside the workspace at the moment of use (links followed
 
 from __future__ import annotations
 
-import base64
-import difflib
 import os
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from wcmatch import glob as wcglob
 
-from policies.paths import WorkspacePath, resolve_in_workspace
+from policies.core.diffs import file_diff
 
-from .context import console, permitted
-
-Output = dict[str, Any]
-MAX_READ_BYTES = 2 * 1024 * 1024
-MAX_RECORD_BYTES = 20 * 1024 * 1024  # a write keeps a copy of the file: bounded
-MAX_MATCHES = 2000
-
-
-class ToolFailure(Exception):
-    """A failure the model should see as a tool error; ``retryable`` for transient ones."""
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes | None:
-    """The file's bytes, never following a last-moment link, never more than ``limit``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise ToolFailure(f"{path.name} cannot be opened ({error.strerror}).") from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ToolFailure(f"{path.name} is over {limit} bytes: too large for this tool.")
-    return data
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Write without following a link that appeared after the path was resolved."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-
-
-def _resolve(root: Path, args: dict, key: str) -> WorkspacePath:
-    """Resolve again at the moment of use; if the console decided on another file (a link
-    swapped in between), do nothing."""
-    resolved = resolve_in_workspace(root, args[key])
-    decided = console().get("decided", {}).get(key)
-    if decided is not None and decided != resolved.relative:
-        raise ToolFailure(
-            f"{args[key]} now leads to {resolved.relative}, not to {decided} as "
-            "when it was decided; nothing was done."
-        )
-    return resolved
-
-
-def _text(data: bytes, where: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ToolFailure(f"{where} is not UTF-8 text (byte {error.start}).") from None
-
-
-def unified_diff(before: bytes | None, after: bytes | None, path: str) -> str:
-    """A unified diff of two versions; binary content is described, never fails."""
-    try:
-        old = before.decode("utf-8").splitlines() if before is not None else []
-        new = after.decode("utf-8").splitlines() if after is not None else []
-    except UnicodeDecodeError:
-        sizes = [("absent" if b is None else f"{len(b)} bytes") for b in (before, after)]
-        return f"Binary file {path}: {sizes[0]} before, {sizes[1]} after.\n"
-    lines = difflib.unified_diff(
-        [line + "\n" for line in old],
-        [line + "\n" for line in new],
-        f"a/{path}" if before is not None else "/dev/null",
-        f"b/{path}" if after is not None else "/dev/null",
-    )
-    return "".join(lines)
-
-
-def _draft_path(drafts: Path, relative: str) -> Path:
-    target = (drafts / relative).resolve()
-    if not target.is_relative_to(drafts.resolve()):
-        raise ToolFailure("That draft path leads outside the drafts area.")
-    return target
+from ..child_context import console, permitted
+from .common import (
+    MAX_MATCHES,
+    MAX_READ_BYTES,
+    Output,
+    ToolFailure,
+    draft_path,
+    read_bounded,
+    resolve_at_use,
+    utf8_text,
+    write_nofollow,
+    write_record,
+)
 
 
 def read_source(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = _resolve(root, args, "path")
+    resolved = resolve_at_use(root, args, "path")
     if not resolved.absolute.is_file():
         raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
-    data = _read_bytes(resolved.absolute, MAX_READ_BYTES) or b""
-    content = _text(data, resolved.relative)
+    data = read_bounded(resolved.absolute, MAX_READ_BYTES) or b""
+    content = utf8_text(data, resolved.relative)
     return {
         "ok": True,
         "path": resolved.relative,
@@ -161,7 +86,7 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
     candidates = [p for p in _walk_files(root) if wcglob.globmatch(p, within, flags=flags)]
     for relative in permitted(candidates):
         try:
-            text = (_read_bytes(root / relative, MAX_READ_BYTES) or b"").decode("utf-8")
+            text = (read_bounded(root / relative, MAX_READ_BYTES) or b"").decode("utf-8")
         except (UnicodeDecodeError, ToolFailure):
             continue
         for number, line in enumerate(text.splitlines(), start=1):
@@ -178,11 +103,11 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
 
 
 def create_draft(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = _resolve(root, args, "path")
-    target = _draft_path(drafts, resolved.relative)
-    _write_bytes(target, args["content"].encode("utf-8"))
-    formal = _read_bytes(resolved.absolute)
-    diff = unified_diff(formal, args["content"].encode(), resolved.relative)
+    resolved = resolve_at_use(root, args, "path")
+    target = draft_path(drafts, resolved.relative)
+    write_nofollow(target, args["content"].encode("utf-8"))
+    formal = read_bounded(resolved.absolute)
+    diff = file_diff(formal, args["content"].encode(), resolved.relative)
     return {
         "ok": True,
         "path": resolved.relative,
@@ -245,75 +170,71 @@ def apply_unified_patch(text: str, patch: str, path: str) -> str:
 
 
 def patch_draft(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = _resolve(root, args, "path")
-    target = _draft_path(drafts, resolved.relative)
-    base = _read_bytes(target)
+    resolved = resolve_at_use(root, args, "path")
+    target = draft_path(drafts, resolved.relative)
+    base = read_bounded(target)
     if base is None:
-        base = _read_bytes(resolved.absolute)
+        base = read_bounded(resolved.absolute)
     if base is None:
         raise ToolFailure(f"{resolved.relative} has neither a draft nor a file to patch.")
-    text = _text(base, resolved.relative)
+    text = utf8_text(base, resolved.relative)
     if "patch" in args:
         new = apply_unified_patch(text, args["patch"], resolved.relative)
     elif "search" in args and "replace" in args:
         new = _apply_search_replace(text, args["search"], args["replace"], resolved.relative)
     else:
         raise ToolFailure("Give either patch (a unified diff) or search and replace.")
-    _write_bytes(target, new.encode("utf-8"))
+    write_nofollow(target, new.encode("utf-8"))
     return {
         "ok": True,
         "path": resolved.relative,
         "artifact_id": f"draft:{resolved.relative}",
-        "diff": unified_diff(base, new.encode(), resolved.relative),
+        "diff": file_diff(base, new.encode(), resolved.relative),
         "summary": f"Draft of {resolved.relative} patched.",
     }
 
 
-def _write_record(relative: str, before: bytes | None, after: bytes | None) -> dict[str, Any]:
-    return {"path": relative, "before": _b64(before), "after": _b64(after)}
-
-
 def commit_draft(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = _resolve(root, args, "path")
-    draft = _draft_path(drafts, resolved.relative)
-    after = _read_bytes(draft)
+    resolved = resolve_at_use(root, args, "path")
+    draft = draft_path(drafts, resolved.relative)
+    after = read_bounded(draft)
     if after is None:
         raise ToolFailure(f"There is no draft of {resolved.relative} to commit.")
-    before = _read_bytes(resolved.absolute)
-    _write_bytes(resolved.absolute, after)
+    before = read_bounded(resolved.absolute)
+    write_nofollow(resolved.absolute, after)
     draft.unlink()
     return {
         "ok": True,
         "path": resolved.relative,
-        "diff": unified_diff(before, after, resolved.relative),
+        "diff": file_diff(before, after, resolved.relative),
         "summary": f"{resolved.relative} {'updated' if before is not None else 'created'}.",
-        "writes": [_write_record(resolved.relative, before, after)],
+        "writes": [write_record(resolved.relative, before, after)],
     }
 
 
 def delete_file(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = _resolve(root, args, "path")
+    resolved = resolve_at_use(root, args, "path")
     if not resolved.absolute.is_file():
         raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
-    before = _read_bytes(resolved.absolute) or b""
+    before = read_bounded(resolved.absolute) or b""
     resolved.absolute.unlink()
     return {
         "ok": True,
         "path": resolved.relative,
-        "diff": unified_diff(before, None, resolved.relative),
+        "diff": file_diff(before, None, resolved.relative),
         "summary": f"{resolved.relative} deleted.",
-        "writes": [_write_record(resolved.relative, before, None)],
+        "writes": [write_record(resolved.relative, before, None)],
     }
 
 
 def rename_file(root: Path, drafts: Path, args: dict) -> Output:
-    source = _resolve(root, args, "source")
-    target = _resolve(root, args, "target")
+    source = resolve_at_use(root, args, "source")
+    target = resolve_at_use(root, args, "target")
     if not source.absolute.is_file():
         raise ToolFailure(f"{source.relative} is not a file in the workspace.")
     if target.absolute.exists():
         raise ToolFailure(f"{target.relative} exists already; renaming never overwrites.")
-    data = _read_bytes(source.absolute) or b""
+    data = read_bounded(source.absolute) or b""
     target.absolute.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(source.absolute, target.absolute)
     return {
@@ -321,8 +242,8 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
         "path": target.relative,
         "summary": f"{source.relative} renamed to {target.relative}.",
         "writes": [
-            _write_record(source.relative, data, None),
-            _write_record(target.relative, None, data),
+            write_record(source.relative, data, None),
+            write_record(target.relative, None, data),
         ],
     }
 
@@ -348,37 +269,3 @@ def publish(root: Path, drafts: Path, args: dict) -> Output:
         "summary": f"Published {len(files)} files to {target}.",
         "published": len(files),
     }
-
-
-def _shell(root: Path, drafts: Path, args: dict) -> Output:
-    from .shell import run_shell
-
-    return run_shell(root, drafts, args)
-
-
-def _validation(root: Path, drafts: Path, args: dict) -> Output:
-    from .validation import run_validation
-
-    return run_validation(root, drafts, args)
-
-
-def _approval(root: Path, drafts: Path, args: dict) -> Output:
-    from .validation import request_approval
-
-    return request_approval(root, drafts, args)
-
-
-IMPLEMENTATIONS: dict[str, Callable[[Path, Path, dict], Output]] = {
-    "dangerous": _shell,
-    "publish": publish,
-    "runValidation": _validation,
-    "requestApproval": _approval,
-    "readSource": read_source,
-    "glob": glob_files,
-    "grep": grep_files,
-    "createDraft": create_draft,
-    "patchDraft": patch_draft,
-    "commitDraft": commit_draft,
-    "deleteFile": delete_file,
-    "renameFile": rename_file,
-}

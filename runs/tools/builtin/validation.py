@@ -14,7 +14,7 @@ import yaml
 from policies.core.paths import PathRefused
 from policies.paths import resolve_in_workspace
 
-from .builtin import Output, ToolFailure, _draft_path, _resolve, _text
+from .common import Output, ToolFailure, draft_path, resolve_at_use, utf8_text
 
 Problem = dict[str, Any]
 Validator = Callable[[str, str, Path], list[Problem]]
@@ -97,12 +97,12 @@ def _links(text: str, path: str, root: Path) -> list[Problem]:
 
 
 def run_validation(root: Path, drafts: Path, args: dict) -> Output:
-    resolved = _resolve(root, args, "path")
-    draft = _draft_path(drafts, resolved.relative)
+    resolved = resolve_at_use(root, args, "path")
+    draft = draft_path(drafts, resolved.relative)
     source = draft if draft.is_file() else resolved.absolute
     if not source.is_file():
         raise ToolFailure(f"{resolved.relative} has neither a draft nor a file to validate.")
-    text = _text(source.read_bytes(), resolved.relative)
+    text = utf8_text(source.read_bytes(), resolved.relative)
     validators = VALIDATORS.get(Path(resolved.relative).suffix.lower(), [])
     if not validators:
         raise ToolFailure(

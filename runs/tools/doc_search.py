@@ -16,7 +16,7 @@ from django.db import connection, transaction
 
 from policies.models import Workspace
 
-from .models import DocIndexEntry
+from ..models import DocIndexEntry
 
 DOC_SUFFIXES = (".md", ".markdown", ".rst", ".txt")
 MAX_DOC_BYTES = 1024 * 1024

@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .builtin import Output, ToolFailure
-from .context import console
+from ..child_context import console
+from .common import Output, ToolFailure
 
 BWRAP = "bwrap"
 MAX_OUTPUT = 1_000_000

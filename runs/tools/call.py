@@ -1,0 +1,216 @@
+"""A tool call's one door (SPEC T3–T8, T12, P6, R8): ``tool_call_run`` decides, runs and
+records every call, the model's and the harness's, built-in and MCP, and so does
+``manage.py call_tool``.
+
+1. Decide (``decide.py``): a known tool with arguments it declares, then its paths, the
+   task's boundaries and the policy — or, for an MCP tool, the six checks of T12
+   (``mcp_client.mcp_decide``). Nothing runs unless the answer is Allowed; asking a person
+   is the approvals' job.
+2. The pre_tool_use hooks may still refuse an allowed call.
+3. Journal (``journal.py``): within a run, the call is inserted as running, with the bytes
+   of the files it may write, before it runs: at most once per tool_use.
+4. Execute (``execute.py``): in a child process under its timeout, retried with backoff
+   only for failures the tool marks retryable; MCP tools through the SDK.
+5. Record (``record.py``): the output as the model may see it (truncated with a marker,
+   the full output an artifact), every write with its before and after bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from policies.core.permissions import Grant, Policy
+from policies.models import ToolDefinition, Workspace
+from policies.permissions import PATH_ARGUMENTS
+
+from ..grants import grants_for_run
+from ..models import Run, ToolCall
+from ..observability.telemetry import traced_tool_call
+from .decide import (
+    Allowed,
+    BoundaryCheck,
+    NeedsApproval,
+    Refused,
+    arguments_refusal,
+    builtin_decide,
+    side_effect,
+    tool_definition,
+)
+from .execute import child_context, execute
+from .journal import journal_open
+from .mcp_client import mcp_call, mcp_decide
+from .record import instructions_after_writes, tool_call_record
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+BeforeRun = Callable[[str, dict[str, Any]], tuple[str, str] | None]
+
+
+@traced_tool_call
+def tool_call_run(
+    *,
+    workspace: Workspace,
+    tool: str,
+    arguments: Any,
+    policy: Policy,
+    run: Run | None = None,
+    user: Any = None,
+    grants: Sequence[Grant] | None = None,
+    tool_use_id: str = "",
+    hold_asks: bool = False,
+    approved_by: Any = None,
+    boundary: BoundaryCheck | None = None,
+    transform: Transform | None = None,
+    before_run: BeforeRun | None = None,
+) -> ToolCall:
+    """Decide and (if allowed) run one tool call; the returned record says what happened.
+
+    Within a run, the run's active grants apply unless others are given. In a run's loop:
+    ``tool_use_id`` makes the call happen at most once (a row marked running is inserted
+    before the tool runs, with the bytes of the files it may write); ``hold_asks`` returns
+    an unsaved record when the policy asks a person, so the caller can ask one;
+    ``approved_by`` is that person's yes for this one call (a deny still wins); and
+    ``boundary`` refuses what the task's boundaries exclude (rule ``task-boundary``);
+    ``transform`` (the post_tool_use hooks) rewrites the output before anything stores or
+    shows it, so a redacted secret reaches neither the model, the page nor an artifact;
+    ``before_run`` (the pre_tool_use hooks) runs once the call is allowed, and may still
+    refuse it with a (rule, reason).
+    """
+    if grants is None:
+        grants = grants_for_run(run) if run is not None else ()
+    record = ToolCall(
+        workspace=workspace,
+        run=run,
+        tool_use_id=tool_use_id[:200],
+        tool=tool[:120],
+        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
+        policy_name=policy.name,
+        policy_version=policy.version,
+        requested_by=user if getattr(user, "pk", None) else None,
+    )
+    definition = tool_definition(tool)
+    if refused := arguments_refusal(definition, tool, arguments):
+        return _refuse(record, refused)
+    assert definition is not None and isinstance(arguments, dict)
+    if definition.source == "mcp":
+        return _mcp(record, definition, workspace, arguments, policy, grants, transform, before_run)
+    decided = builtin_decide(
+        definition=definition,
+        tool=tool,
+        arguments=arguments,
+        workspace=workspace,
+        policy=policy,
+        grants=grants,
+        boundary=boundary,
+        approved_by=approved_by,
+    )
+    if isinstance(decided, NeedsApproval):
+        verdict = decided.verdict
+        record.path = (decided.paths[0] if decided.paths else "")[:1024]
+        record.decision, record.rule, record.reason = (
+            verdict.decision,
+            verdict.rule or "",
+            verdict.reason,
+        )
+        record.human_only = verdict.human_only
+        if hold_asks:
+            record.status = "ask"
+            return record  # unsaved: the caller asks a person
+        reason = f"{verdict.decision}: {verdict.reason}"
+        return _refuse(
+            record,
+            Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
+        )
+    if isinstance(decided, Refused):
+        return _refuse(record, decided)
+    _allow(record, decided)
+    if before_run is not None and (halted := before_run(tool, arguments)):
+        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
+    drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
+    drafts.mkdir(parents=True, exist_ok=True)
+    if run is not None and tool_use_id:
+        journal_open(record, definition, decided.paths, workspace, drafts)
+    keys = [k for k in PATH_ARGUMENTS if k in arguments]
+    context = child_context(
+        tool=tool,
+        definition=definition,
+        side_effect=side_effect(definition),
+        policy=policy,
+        grants=grants,
+        decided=dict(zip(keys, decided.paths, strict=True)),
+        workspace=workspace,
+    )
+    reply, record.attempts = execute(
+        tool=tool,
+        definition=definition,
+        workspace=workspace,
+        drafts=drafts,
+        arguments=arguments,
+        policy=policy,
+        grants=grants,
+        context=context,
+    )
+    record = tool_call_record(record, reply, transform)
+    instructions_after_writes(record, workspace)
+    return record
+
+
+def _mcp(
+    record: ToolCall,
+    definition: ToolDefinition,
+    workspace: Workspace,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Sequence[Grant],
+    transform: Transform | None,
+    before_run: BeforeRun | None,
+) -> ToolCall:
+    """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
+    the external call's request id is kept with the output). The pre_tool_use hooks run
+    before the checks here (they run together with the call): a halt still stops it."""
+    if before_run is not None and (halted := before_run(record.tool, arguments)):
+        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
+    if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
+        journal_open(record, definition)
+    now = timezone.now()
+    server, decided = mcp_decide(
+        definition=definition,
+        workspace=workspace,
+        arguments=arguments,
+        policy=policy,
+        grants=grants,
+        now=now,
+    )
+    if isinstance(decided, Refused):
+        return _refuse(record, decided)
+    _allow(record, decided)
+    assert server is not None
+    record.attempts = 1
+    reply = mcp_call(
+        server=server, definition=definition, arguments=arguments, workspace=workspace, now=now
+    )
+    return tool_call_record(record, reply, transform)
+
+
+def _allow(record: ToolCall, allowed: Allowed) -> None:
+    record.decision, record.rule, record.reason = allowed.decision, allowed.rule, allowed.reason
+    record.human_only = allowed.human_only
+    record.path = (allowed.paths[0] if allowed.paths else "")[:1024]
+    if allowed.approved_by is not None:
+        record.approved_by = allowed.approved_by
+
+
+def _refuse(record: ToolCall, refused: Refused) -> ToolCall:
+    """Every refusal is recorded too (SPEC P6): who asked for what, and why not."""
+    if refused.rule:
+        record.rule = refused.rule
+    if refused.path:
+        record.path = refused.path
+    record.human_only = record.human_only or refused.human_only
+    record.decision, record.reason, record.status = refused.decision, refused.reason, "refused"
+    record.error = refused.reason
+    record.finished_at = timezone.now()
+    record.save()
+    return record

@@ -1,0 +1,96 @@
+"""Running an allowed tool call (SPEC T6, T8): a built-in or custom tool in a child process
+under its timeout, its whole process group killed at the deadline, retried with backoff
+only for failures the tool marks retryable; searchDocs in the console's process (it reads
+the database's index, bounded by its own limit)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from policies.core.permissions import Call, Grant, Policy, decide
+from policies.models import ToolDefinition, Workspace
+
+from .child_context import policy_to_context
+from .doc_search import search_docs
+from .isolation import run_isolated
+
+BACKOFF_SECONDS = 0.2
+
+
+def child_context(
+    *,
+    tool: str,
+    definition: ToolDefinition,
+    side_effect: str,
+    policy: Policy,
+    grants: Sequence[Grant],
+    decided: dict[str, str],
+    workspace: Workspace,
+) -> dict[str, Any]:
+    """What the child is told beside the arguments (``child_context.py``)."""
+    return {
+        "policy": policy_to_context(policy),
+        "tool": {"name": tool, "level": definition.permission_level, "side_effect": side_effect},
+        "grants": [[g.tool, g.path, g.granted_by] for g in grants],
+        "decided": decided,
+        "sandbox": {"allow_unsandboxed": workspace.allow_unsandboxed_shell},
+        "publish_root": workspace.publish_root,
+    }
+
+
+def execute(
+    *,
+    tool: str,
+    definition: ToolDefinition,
+    workspace: Workspace,
+    drafts: Path,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Sequence[Grant],
+    context: dict[str, Any],
+) -> tuple[dict[str, Any], int]:
+    """(the tool's reply, how many attempts it took)."""
+    if tool in IN_PROCESS:
+        return IN_PROCESS[tool](workspace, arguments, policy, grants), 1
+    return _isolated(definition, workspace, str(drafts), arguments, context)
+
+
+def _isolated(
+    definition: ToolDefinition,
+    workspace: Workspace,
+    drafts: str,
+    arguments: dict[str, Any],
+    context: dict[str, Any],
+) -> tuple[dict[str, Any], int]:
+    attempts = 0
+    while True:
+        attempts += 1
+        reply = run_isolated(
+            impl=definition.implementation or definition.name,
+            root=workspace.root,
+            drafts=drafts,
+            args=arguments,
+            timeout=float(definition.timeout_sec),
+            context=context,
+        )
+        if reply.get("ok") or not reply.get("retryable") or attempts > definition.retry:
+            return reply, attempts
+        time.sleep(BACKOFF_SECONDS * 2 ** (attempts - 1))
+
+
+def _search_docs(
+    workspace: Workspace, arguments: dict[str, Any], policy: Policy, grants: Sequence[Grant]
+) -> dict[str, Any]:
+    """Runs in the console's process: it reads the database's index, bounded by its limit."""
+
+    def readable(path: str) -> bool:
+        call = Call("readSource", "L1", "none", path)
+        return decide(policy, call, grants).decision != "deny"
+
+    return search_docs(workspace, arguments["query"], readable=readable)
+
+
+IN_PROCESS = {"searchDocs": _search_docs}

@@ -1,0 +1,75 @@
+"""One journal for every tool call of a run (SPEC R9): the call is inserted as running
+before it runs, with the bytes of the files it may write. The unique (run, tool_use_id)
+makes it at most once: a second worker's insert fails (:class:`ToolCallStarted`), and a
+resumed worker finds the running row and reconciles it (``recover.py``) instead of
+repeating the call."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from policies.models import ToolDefinition, Workspace
+
+from ..models import ToolCall
+from .decide import side_effect
+
+RECOVERABLE_WRITES = frozenset(
+    {"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"}
+)
+MAX_PRE_IMAGE_BYTES = 4 * 1024 * 1024
+
+
+class ToolCallStarted(Exception):
+    """Another worker already started this tool_use; it never runs twice."""
+
+
+def journal_open(
+    record: ToolCall,
+    definition: ToolDefinition,
+    paths: Sequence[str] = (),
+    workspace: Workspace | None = None,
+    drafts: Path | None = None,
+) -> None:
+    """Insert the call as running before it runs; a second worker cannot (unique id). A
+    write the harness can check afterwards keeps its files' bytes from before."""
+    if (
+        workspace is not None
+        and drafts is not None
+        and side_effect(definition) == "filesystem_write"
+        and recoverable(definition)
+    ):
+        record.pre_images = {
+            f"{area}:{path}": image(base / path)
+            for path in paths
+            for area, base in (("workspace", workspace.root_path), ("drafts", drafts))
+        }
+    record.status = "running"
+    try:
+        with transaction.atomic():
+            record.save(force_insert=True)
+    except IntegrityError:
+        raise ToolCallStarted(f"Tool call {record.tool_use_id} was started already.") from None
+
+
+def recoverable(definition: ToolDefinition) -> bool:
+    return (definition.implementation or definition.name) in RECOVERABLE_WRITES
+
+
+def image(path: Any) -> str | None:
+    try:
+        if not path.is_file():
+            return None
+        if path.stat().st_size > MAX_PRE_IMAGE_BYTES:
+            return "too-large"
+        return base64.b64encode(path.read_bytes()).decode()
+    except OSError:
+        return "unreadable"
+
+
+def image_decode(image: str | None) -> bytes | None:
+    return None if image is None else base64.b64decode(image)

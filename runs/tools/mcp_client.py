@@ -1,0 +1,148 @@
+"""Calling a tool of an MCP server with the official ``mcp`` SDK over stdio (SPEC T12).
+
+The server's tools are in the same registry as the built-in ones (``policies.mcp_servers``
+discovers them), and every call passes the six checks of ``policies.core.mcp_checks``
+before the server hears of it. A server is started per call, in the workspace, with a
+scrubbed environment, and stopped at the call's timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from datetime import datetime
+from typing import Any
+
+import anyio
+from django.core.cache import cache
+from mcp import ClientSession
+from mcp.client.stdio import stdio_client
+
+from policies.core.mcp_checks import check_mcp_call, path_arguments
+from policies.core.paths import PathRefused
+from policies.core.permissions import Policy, decide_paths
+from policies.mcp_servers import errlog, server_parameters, split_name
+from policies.models import McpServer, ToolDefinition
+from policies.paths import resolve_in_workspace
+
+from .decide import Allowed, Refused
+
+
+async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
+    with anyio.fail_after(server.timeout_sec):
+        async with (
+            stdio_client(server_parameters(server, cwd), errlog=errlog()) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return await session.call_tool(tool, arguments)
+
+
+def _count_this_minute(server: McpServer, now: datetime) -> int:
+    """The calls in the last sixty seconds before this one, shared by every process
+    through the cache: this minute's count plus the previous minute's weighted by how much
+    of it the last sixty seconds still cover (a sliding window). Counting calendar minutes
+    alone let twice the limit through across a minute's turn, a burst the eval set's
+    rate-limit case caught when its calls straddled one."""
+    minutes = now.timestamp() / 60
+    window = math.floor(minutes)
+    key = f"mcp-rate:{server.name}:{window}"
+    cache.add(key, 0, timeout=180)
+    try:
+        current = cache.incr(key) - 1  # the calls before this one
+    except ValueError:  # evicted between add and incr: count this call as the first
+        cache.set(key, 1, timeout=180)
+        current = 0
+    previous = cache.get(f"mcp-rate:{server.name}:{window - 1}") or 0
+    return current + math.ceil(previous * (1 - (minutes - window)))
+
+
+def mcp_decide(
+    *,
+    definition: ToolDefinition,
+    workspace: Any,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Any,
+    now: datetime,
+) -> tuple[McpServer | None, Refused | Allowed]:
+    """The six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments
+    within range, approval needed (an MCP call that asks is refused: no person is asked),
+    rate limit, change window. Every path is decided; the strictest verdict stands (a rename
+    into .env is a deny)."""
+    server_name, tool = split_name(definition.name)
+    server = McpServer.objects.filter(name=server_name).first()
+
+    def resolve(value: Any) -> str:
+        return resolve_in_workspace(workspace.root, value).relative
+
+    resolved: list[str] = []
+    for value in path_arguments(arguments):
+        with contextlib.suppress(PathRefused):  # check 3 refuses it, with the reason
+            resolved.append(resolve(value))
+    verdict = decide_paths(
+        policy,
+        definition.name,
+        definition.permission_level,
+        definition.side_effect,
+        resolved,
+        list(grants or ()),
+    )
+    first = resolved[0] if resolved else ""
+    refusal = check_mcp_call(
+        server.as_config() if server else None,
+        tool,
+        arguments,
+        decision=verdict.decision,
+        decision_reason=verdict.reason,
+        calls_this_minute=lambda: _count_this_minute(server, now),
+        now=now,
+        server_name=server_name,
+        resolve=resolve,
+    )
+    rule = verdict.rule or ""
+    if refusal is not None:
+        refused = f"{refusal.check}: {refusal.reason}"
+        decision = verdict.decision if refused.startswith("approval") else "deny"
+        return server, Refused(refused, decision, rule, first, verdict.human_only)
+    return server, Allowed(
+        verdict.decision, rule, verdict.reason, tuple(resolved), verdict.human_only
+    )
+
+
+def mcp_call(
+    *,
+    server: McpServer,
+    definition: ToolDefinition,
+    arguments: dict[str, Any],
+    workspace: Any,
+    now: datetime,
+) -> dict[str, Any]:
+    """The call through the SDK, under the server's timeout; a failure is a tool error, and
+    the reply keeps a request id for the call (SPEC T11)."""
+    server_name, tool = split_name(definition.name)
+    try:
+        result = anyio.run(_call, server, tool, arguments, str(workspace.root))
+    except TimeoutError:
+        return {
+            "ok": False,
+            "timed_out": True,
+            "error": f"Timed out after {server.timeout_sec} s; the server was stopped.",
+        }
+    except Exception as error:  # the server crashed or spoke nonsense: a tool error
+        return {
+            "ok": False,
+            "error": f"The MCP server failed: {type(error).__name__}: {error}",
+        }
+    text = "\n".join(getattr(item, "text", "") for item in result.content)
+    if result.is_error:
+        return {"ok": False, "error": text or "The MCP tool reported an error."}
+    return {
+        "ok": True,
+        "content": text,
+        "summary": f"{tool} on {server_name} answered.",
+        "request_id": f"{server_name}:{tool}:{now.timestamp():.6f}",
+    }
+
+
+__all__ = ["mcp_call", "mcp_decide"]

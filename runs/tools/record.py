@@ -1,0 +1,145 @@
+"""Recording what a tool call did (SPEC T4, T7, P6, R8): its status and output as the model
+may see it (at most MAX_RESULT_CHARS: a longer result is cut with a marker and kept whole
+as an artifact), and every write with its before and after bytes, its diff and its
+rollback."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from policies.core.diffs import file_diff
+from policies.core.instructions import INSTRUCTION_FILE
+from policies.instruction_cache import instructions_invalidate
+from policies.models import Workspace
+
+from ..models import Artifact, ToolCall, WriteRecord
+
+MAX_RESULT_CHARS = 16_000
+TIMING_FIELDS = ("elapsed_ms",)  # measured by the harness, never shown to the model
+TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
+
+
+def clean(value: Any) -> Any:
+    """NUL cannot be stored in PostgreSQL text or JSON: replace it, everywhere."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [clean(item) for item in value]
+    if isinstance(value, dict):
+        return {clean(key): clean(item) for key, item in value.items()}
+    return value
+
+
+def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The output as the model may see it, and the full text when it had to be cut.
+
+    Long strings are cut and long lists shortened, largest first, until the whole fits.
+    The call's timing is measured apart (the model never sees it), so whether a result is
+    cut does not depend on how long the tool took.
+    """
+    timing = {k: output[k] for k in TIMING_FIELDS if k in output}
+    output = {k: v for k, v in output.items() if k not in timing}
+    full = json.dumps(output, ensure_ascii=False)
+    if len(full) <= MAX_RESULT_CHARS:
+        return {**output, **timing}, None
+    shown = dict(output)
+    budget = MAX_RESULT_CHARS // 2
+    for key in sorted(shown, key=lambda k: -len(json.dumps(shown[k], ensure_ascii=False))):
+        if len(json.dumps(shown, ensure_ascii=False)) <= MAX_RESULT_CHARS:
+            break
+        value = shown[key]
+        if isinstance(value, str) and len(value) > 200:
+            shown[key] = value[:budget]
+        elif isinstance(value, list) and len(value) > 1:
+            kept: list[Any] = []
+            for item in value:
+                if len(json.dumps([*kept, item], ensure_ascii=False)) > budget:
+                    break
+                kept.append(item)
+            shown[key] = kept
+        budget = max(200, budget // 2)
+    return {**shown, **timing}, full
+
+
+def tool_call_record(
+    record: ToolCall,
+    reply: dict[str, Any],
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> ToolCall:
+    writes = reply.pop("writes", [])
+    reply = clean(reply)
+    if transform is not None:
+        reply = transform(reply)
+    record.status = "ok" if reply.get("ok") else ("timeout" if reply.get("timed_out") else "error")
+    record.error = "" if reply.get("ok") else str(reply.get("error", "failed"))
+    shown, full = _truncate(reply)
+    record.finished_at = timezone.now()
+    with transaction.atomic():
+        record.output = shown
+        record.save()
+        if full is not None:
+            artifact = Artifact.objects.create(
+                tool_call=record,
+                content=full,
+                size=len(full.encode()),
+                sha256=hashlib.sha256(full.encode()).hexdigest(),
+            )
+            marker = TRUNCATED.format(artifact=artifact.pk)
+            for key in ("content", "diff", "stderr"):
+                if isinstance(shown.get(key), str) and len(shown[key]) < len(str(reply[key])):
+                    shown[key] += marker
+            shown["artifact_id"] = str(artifact.pk)
+            shown.setdefault("warnings", []).append(
+                f"The output was truncated; the full output is artifact {artifact.pk}."
+            )
+            record.output = shown
+            record.save(update_fields=["output"])
+        record.written_paths = [write["path"] for write in writes]
+        for order, write in enumerate(writes):
+            before = base64.b64decode(write["before"]) if write["before"] is not None else None
+            after = base64.b64decode(write["after"]) if write["after"] is not None else None
+            WriteRecord.objects.create(
+                tool_call=record,
+                order=order,
+                path=write["path"],
+                before=before,
+                after=after,
+                diff=file_diff(before, after, write["path"]),  # describes binary content
+                rollback={"action": "restore_before", "path": write["path"]},
+            )
+    return record
+
+
+def instructions_after_writes(record: ToolCall, workspace: Workspace) -> None:
+    """An AGENTS.md written through the console drops the cached instructions (SPEC C6)."""
+    written = getattr(record, "written_paths", None)
+    if written is None:
+        written = [w.path for w in record.writes.all()]
+    if any(path.rsplit("/", 1)[-1] == INSTRUCTION_FILE for path in written):
+        instructions_invalidate(root=workspace.root)
+
+
+def tool_output(record: ToolCall) -> dict[str, Any]:
+    """The shape of SPEC T4: {ok, artifact_id, summary, path, diff, warnings} and the rest."""
+    output = {
+        "ok": record.status == "ok",
+        "artifact_id": None,
+        "summary": "",
+        "path": record.path or None,
+        "diff": None,
+        "warnings": [],
+        **{k: v for k, v in record.output.items() if k not in TIMING_FIELDS},
+    }
+    if record.status != "ok":
+        output["ok"] = False
+        output["error"] = record.error
+    output["decision"], output["rule"] = record.decision, record.rule or None
+    output["tool_call_id"] = str(record.pk)
+    return output
