@@ -21,7 +21,7 @@ from runs.core.intake import (
     extract_parameters,
     intake,
 )
-from runs.core.risk import CLAIMS
+from runs.core.intake.vocabulary import CLAIMS
 
 READS = ("readSource", "glob", "grep", "searchDocs")
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runs.core.risk import CLAIMS, assess_risk
+from runs.core.intake.risk import assess_risk
+from runs.core.intake.vocabulary import CLAIMS
 
 BASE = "Look at the install guide"
 
