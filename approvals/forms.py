@@ -14,8 +14,8 @@ from django import forms
 from django.db.models import QuerySet
 
 from policies.models import Agent
-from runs.core.risk import LEVELS
 
+from .core.risk import LEVELS
 from .models import ApprovalRequest
 from .selectors import SORTS
 

@@ -21,8 +21,7 @@ from django.core.mail import EmailMessage, mailers
 from django.db.models import Q
 from django.urls import reverse
 
-from runs.core.risk import LEVELS
-
+from .core.risk import LEVELS
 from .models import ApprovalRequest
 
 logger = logging.getLogger(__name__)
