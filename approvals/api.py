@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_console.roles import may_decide
-from harness_console.web.api import django_errors
+from harness_console.web.api import service_call
+from runs.approval_outcomes import approval_decide
 
 from .models import ApprovalDecision, ApprovalRequest
-from .services import AlreadyDecided, approval_decide
+from .outcomes import AlreadyDecided
 
 
 class IsApprover(BasePermission):
@@ -135,16 +134,14 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         incoming = DecideSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         try:
-            approval = approval_decide(
-                approval=approval, user=request.user, **incoming.validated_data
+            outcome = service_call(
+                lambda: approval_decide(
+                    approval=approval, user=request.user, **incoming.validated_data
+                )
             )
         except AlreadyDecided as error:
             return Response(
                 {"detail": str(error), **ApprovalSerializer(error.approval).data},
                 status=status.HTTP_409_CONFLICT,
             )
-        except DjangoValidationError as error:
-            raise django_errors(error) from None
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from None
-        return Response(ApprovalSerializer(approval).data)
+        return Response(ApprovalSerializer(outcome.approval).data)

@@ -134,6 +134,7 @@ class DecisionForm(forms.Form):
     remember = forms.BooleanField(required=False)
     digest = forms.CharField(required=False)
     edited_diff = forms.CharField(required=False, strip=False)
+    next = forms.CharField(required=False)  # the page to go back to (the run's), if any
 
     def decision_kwargs(self) -> dict[str, Any]:
         """The arguments of ``approval_decide``; a patch travels only with an approval."""

@@ -45,18 +45,6 @@ class WebhookFailed(Exception):
     """The webhook did not answer 2xx; the task retries."""
 
 
-def notify_dispatch(*, approval_id: Any, event: str) -> None:
-    """Queue the email and the webhook for one request; a broker failure is logged, never
-    raised into the flow that asked (the request is on the queue page either way)."""
-    from .tasks import approval_email, approval_webhook
-
-    for task in (approval_email, approval_webhook):
-        try:
-            task.delay(str(approval_id), event)
-        except Exception:
-            logger.exception("Could not queue the %s for approval %s", task.name, approval_id)
-
-
 def worth_notifying(risk: str) -> bool:
     """At or above the configured risk; an unknown risk (not assessed) counts as high."""
     threshold = settings.HARNESS_APPROVAL_NOTIFY_RISK

@@ -13,19 +13,22 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import BooleanField, ExpressionWrapper, Prefetch, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from harness_console.roles import may_decide
 from harness_console.web.fragments import wants_fragment
+from harness_console.web.redirects import safe_next
 from policies.models import Agent
+from runs.approval_outcomes import approval_decide
 
-from .binding import changes_since_asked
 from .core.patch import diff_rows
 from .diff_view import highlight_css, highlight_rows
+from .fingerprint import changes_since_asked
 from .forms import RISKS, DecisionForm, HistoryFilterForm, QueueFilterForm
 from .models import ApprovalDecision, ApprovalRequest
+from .outcomes import AlreadyDecided
 from .selectors import (
     SORTS,
     approval_for_user,
@@ -35,7 +38,6 @@ from .selectors import (
     queue_for,
     queue_neighbours,
 )
-from .services import AlreadyDecided, approval_decide
 
 # A page of work: approvers decide from the top. 200 rows kept 1,000 model instances alive
 # per request and set off full garbage collections (bench/approvals.py: p95 141 ms).
@@ -203,16 +205,18 @@ def _editor(approval: ApprovalRequest, form: DecisionForm) -> dict[str, Any]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse:
-    """Record one decision; then on to the next request in the queue. A refusal brings the
-    page back with what was typed and the reason next to its field (at this address: a
-    reload or Back lands here with GET, which goes back to the review page)."""
+    """The one page door to decide (the run page's form posts here too). Record one
+    decision; then back to the page it came from (``next``, the run's page), or on to the
+    next request in the queue. A refusal brings the review page back with what was typed
+    and the reason next to its field (at this address: a reload or Back lands here with
+    GET, which goes back to the review page)."""
     approval = approval_for_user(request.user, approval_id)
     if request.method == "GET":
         return redirect("approvals:review", approval_id=approval.pk)
     form = DecisionForm(request.POST)
     arguments = form.decision_kwargs()
     try:
-        decided = approval_decide(approval=approval, user=request.user, **arguments)
+        decided = approval_decide(approval=approval, user=request.user, **arguments).approval
     except ValidationError as error:
         problems = (
             error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
@@ -224,6 +228,8 @@ def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse
         fresh = approval_for_user(request.user, approval.pk)
         return _review(request, fresh, form, status=409, error=str(error))
     messages.success(request, _decided_message(decided, arguments["decision"]))
+    if back := safe_next(request, form.data.get("next")):
+        return HttpResponseRedirect(back)
     following = queue_for(request.user).exclude(pk=decided.pk).first()
     if following is None:
         return redirect("approvals:queue")

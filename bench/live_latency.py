@@ -38,8 +38,9 @@ from playwright.sync_api import sync_playwright
 
 from harness_console.roles import OPERATOR, roles_sync
 from policies.models import Agent, Workspace
+from runs.lifecycle import run_dispatch
 from runs.models import RunEvent
-from runs.services import run_create, run_dispatch
+from runs.services import run_create
 from tests.stack import (
     CHROMIUM_ARGS,
     CHROMIUM_EXECUTABLE,

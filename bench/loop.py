@@ -58,7 +58,6 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from harness_console.roles import APPROVER, OPERATOR, roles_sync
 from policies.models import (
     Agent,
@@ -67,6 +66,7 @@ from policies.models import (
 )
 from policies.permissions import policy_for_agent
 from runs import flow
+from runs.approval_outcomes import approval_decide
 from runs.core import status as run_status
 from runs.model_clients import ReplayModel
 from runs.models import Artifact, Message, ModelCall, Run, RunEvent, Step, ToolCall, WriteRecord

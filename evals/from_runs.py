@@ -27,8 +27,8 @@ from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
 from runs.core import status as run_status
+from runs.events import run_event_append
 from runs.models import ModelCall, Run, WriteRecord
-from runs.services import run_event_append
 
 from .core.cases import NAME_RE, CaseError, case_parse
 from .models import EvalCase

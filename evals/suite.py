@@ -190,7 +190,8 @@ def _decide(item: Prepared, approver: Any) -> bool:
     """Answer the run's pending approval with the case's next scripted decision; False when
     the case has none left (the run stays waiting and is judged as it is)."""
     from approvals.models import ApprovalRequest
-    from approvals.services import AlreadyDecided, approval_decide
+    from approvals.outcomes import AlreadyDecided
+    from runs.approval_outcomes import approval_decide
 
     if item.decided >= len(item.case.decisions):
         return False

@@ -220,7 +220,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "schedule": HARNESS_ROLLUP_RECONCILE_SECONDS,
     },
     "expire-approvals": {
-        "task": "approvals.tasks.approvals_sweep",
+        "task": "runs.tasks.approvals_sweep",
         "schedule": HARNESS_APPROVAL_SWEEP_SECONDS,
     },
 }

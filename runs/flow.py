@@ -28,22 +28,17 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from approvals.binding import binding_for, originals_for, recorded_binding
-from approvals.core.binding import binding_changes
+from approvals.core.fingerprint import fingerprint_changes
 from approvals.core.patch import PatchError, apply_patch
+from approvals.fingerprint import fingerprint_now, fingerprint_recorded, originals_for
 from approvals.models import ApprovalRequest
-from approvals.services import (
-    approval_event_append,
-    approval_invalidate,
-    approval_request_create,
-    approvals_cancel_for_run,
-)
 from policies.core.permissions import Rule, decide_paths
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
 from runs import run_hooks
 
+from .approval_outcomes import approval_ask, approval_invalidate, approvals_cancel
 from .conversation import (
     last_tool_use,
     message_append,
@@ -56,6 +51,7 @@ from .core import status as run_status
 from .core.compaction import Thresholds, compact, estimate_tokens
 from .core.intake import StructuredTask, intake
 from .core.model_turns import OFFLINE_REPLAY, ModelError, Usage
+from .events import run_event_append
 from .leases import (
     CLAIMABLE,
     Heartbeat,
@@ -65,12 +61,13 @@ from .leases import (
     lease_claim,
     lease_release,
 )
+from .lifecycle import run_transition, steps_close
 from .model_clients import model_for_run, system_blocks
 from .models import Message, ModelCall, Run, RunEvent, Step, ToolCall
 from .observability import telemetry
 from .observability.core.cost import Tokens, run_basis
 from .observability.pricing import call_cost
-from .services import cancel_if_requested, run_event_append, run_transition, steps_close
+from .services import cancel_if_requested
 from .tools.call import tool_call_run
 from .tools.journal import ToolCallStarted
 from .tools.record import tool_output
@@ -188,7 +185,7 @@ def _fail(lease: Lease, reason: str, *, cancelled: bool = False) -> None:
             run = Run.objects.get(pk=lease.run_id)
             if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
                 return
-            approvals_cancel_for_run(run_id=run.pk, reason=reason)
+            approvals_cancel(run_id=run.pk, reason=reason)
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
             steps_close(run_id=run.pk, status="cancelled" if cancelled else "failed")
             if cancelled:
@@ -652,7 +649,7 @@ def _approval_in_force(
 def _binding_changes(run: Run, approval: ApprovalRequest, policy_version: int) -> list[str]:
     """What differs from what the approvers were shown; an approved edit is written into
     the drafts here, once it is certain the files it was validated against are unchanged."""
-    now = binding_for(
+    now = fingerprint_now(
         run=run,
         kind=approval.kind,
         tool=approval.tool,
@@ -660,8 +657,8 @@ def _binding_changes(run: Run, approval: ApprovalRequest, policy_version: int) -
         paths=approval.paths,
         policy_version=policy_version,
     )
-    shown = recorded_binding(approval)
-    changes = binding_changes(shown, now, diff_replaced=bool(approval.edited_diff))
+    shown = fingerprint_recorded(approval)
+    changes = fingerprint_changes(shown, now, diff_replaced=bool(approval.edited_diff))
     if not changes and approval.edited_diff and (problem := _edit_apply(run, approval)):
         changes = [problem]
     return changes
@@ -729,7 +726,7 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
     state = loop.state_from_json(data["state"])
     new_state, _ = loop.step(state, loop.NeedsPerson(record.tool_use_id, record.reason))
     # Files read and diffed before the checkpoint's transaction, not under its lock.
-    binding = binding_for(
+    binding = fingerprint_now(
         run=run,
         kind=ApprovalRequest.Kind.TOOL_CALL,
         tool=tool,
@@ -738,9 +735,9 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
         policy_version=record.policy_version,
     )
     with fenced(driver.lease):
-        approval = approval_request_create(
+        approval = approval_ask(
             run=run,
-            binding=binding,
+            fingerprint=binding,
             tool_use_id=record.tool_use_id,
             paths=paths,
             summary=f"{tool} {', '.join(paths)}".strip(),
@@ -754,21 +751,6 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
             to=run_status.WAITING_FOR_APPROVAL,
             detail={"waiting_for": "approval", "approval": str(approval.pk)},
         )
-        _approval_requested(approval)
-
-
-def _approval_requested(approval: ApprovalRequest) -> None:
-    approval_event_append(
-        approval,
-        "approval.requested",
-        paths=approval.paths,
-        rule=approval.rule,
-        reason=approval.reason,
-        strong_confirmation=approval.strong_confirmation,
-        required_approvals=approval.required_approvals,
-        expires_at=approval.expires_at.isoformat() if approval.expires_at else None,
-        status=approval.status,
-    )
 
 
 def _tool_decided(driver: Driver, run: Run, state: loop.LoopState, data: dict[str, Any]) -> bool:
@@ -1047,7 +1029,7 @@ def _approval(driver: Driver, run: Run) -> bool:
         return CONTINUE
     reason = asks[0].reason if asks else ((run.task or {}).get("approval") or {}).get("reason", "")
     # What the approvers will see, read before the checkpoint's lock.
-    binding = binding_for(
+    binding = fingerprint_now(
         run=run,
         kind=ApprovalRequest.Kind.COMMIT,
         tool="commitDraft",
@@ -1057,9 +1039,9 @@ def _approval(driver: Driver, run: Run) -> bool:
     )
     with fenced(driver.lease):
         step = _step_begin(run, "approval", {"paths": paths})
-        approval = approval_request_create(
+        approval = approval_ask(
             run=run,
-            binding=binding,
+            fingerprint=binding,
             tool_use_id=f"commit:{binding.digest[:16]}",
             paths=paths,
             summary=f"Commit {len(paths)} file(s): {', '.join(paths)}",
@@ -1076,7 +1058,6 @@ def _approval(driver: Driver, run: Run) -> bool:
             to=run_status.WAITING_FOR_APPROVAL,
             detail={"waiting_for": "approval", "approval": str(approval.pk)},
         )
-        _approval_requested(approval)
     return STOP
 
 

@@ -13,8 +13,8 @@ from harness_console.roles import may_decide
 from policies.core.paths import PathRefused, normalize_relative
 from policies.core.permissions import Grant, PolicyError, Rule
 
+from .events import run_event_append
 from .models import Run, SessionGrant
-from .services import run_event_append
 
 
 def _may_decide(user: Any) -> None:

@@ -17,8 +17,8 @@ from django.utils import timezone
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.hooks import HooksHalted, HooksOutcome, hook_bindings_for, hooks_run
 
+from .events import run_event_append
 from .models import Run
-from .services import run_event_append
 
 logger = logging.getLogger(__name__)
 

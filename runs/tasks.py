@@ -17,10 +17,16 @@ from celery.signals import (
 )
 from channels.layers import get_channel_layer
 
+from approvals.tasks import reminders_send
 from harness_console.logging import run_log_context, run_log_enter, run_log_exit
-from runs import flow, leases, services
 
+from . import flow, leases
+from .approval_outcomes import approvals_expire_due
+from .lifecycle import run_dispatch
+from .models import Run
 from .observability import telemetry
+from .observability.rollups import rollups_reconcile
+from .run_hooks import session_end
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +52,16 @@ def runs_sweep() -> int:
     found = leases.runs_to_sweep()
     for run_id in found:
         logger.info("Sweeper re-dispatches run %s", run_id)
-        services.run_dispatch(run_id=run_id)
+        run_dispatch(run_id=run_id)
     return len(found)
+
+
+@shared_task(ignore_result=True)
+def approvals_sweep() -> None:
+    """Beat: remind the approvers of requests about to expire, then expire the overdue;
+    a run waiting on an expired request fails (SPEC A5)."""
+    reminders_send()
+    approvals_expire_due()
 
 
 @shared_task(ignore_result=True)
@@ -62,16 +76,13 @@ def live_layer_trim() -> None:
 @shared_task(ignore_result=True)
 def rollups_reconcile_recent() -> None:
     """Beat: yesterday's and today's rollups rebuilt from the raw rows (SPEC O6)."""
-    from .observability.rollups import rollups_reconcile
 
     rollups_reconcile()
 
 
 @shared_task(ignore_result=True)
 def run_session_end(run_id: str, outcome: str, reason: str) -> None:
-    """session_end hooks of a run that ended outside a worker (services.session_end_dispatch)."""
-    from .models import Run
-    from .run_hooks import session_end
+    """session_end hooks of a run that ended outside a worker (lifecycle.session_end_dispatch)."""
 
     with run_log_context(run_id):
         run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()

@@ -14,11 +14,6 @@ urlpatterns = [
     path("<str:run_id>/rollback/", views.run_rollback_view, name="rollback"),
     path("<str:run_id>/answer/", views.run_answer_view, name="answer"),
     path(
-        "<str:run_id>/approvals/<str:approval_id>/decide/",
-        views.approval_decide_view,
-        name="decide",
-    ),
-    path(
         "<str:run_id>/grants/<int:grant_id>/revoke/", views.grant_revoke_view, name="grant_revoke"
     ),
 ]

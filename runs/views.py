@@ -16,7 +16,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from approvals.models import ApprovalRequest
-from approvals.services import AlreadyDecided, approval_decide
 from harness_console.roles import (
     may_add_eval_case,
     may_decide,
@@ -40,7 +39,7 @@ from .run_filters import (
     run_filters_read,
     runs_filtered,
 )
-from .selectors import parse_run_id, run_get_for_user
+from .selectors import run_get_for_user
 from .services import (
     run_answer,
     run_cancel,
@@ -223,28 +222,6 @@ def _message(error: ValidationError) -> str:
     if hasattr(error, "error_dict"):
         return " ".join(f"{m}" for msgs in error.message_dict.values() for m in msgs)
     return " ".join(error.messages)
-
-
-@login_required
-@require_POST
-def approval_decide_view(request: HttpRequest, run_id: str, approval_id: str) -> HttpResponse:
-    run = run_get_for_user(user=request.user, run_id=run_id)
-    approval = get_object_or_404(ApprovalRequest, pk=parse_run_id(approval_id), run=run)
-    try:
-        approval_decide(
-            approval=approval,
-            user=request.user,
-            decision=request.POST.get("decision", ""),
-            comment=request.POST.get("comment", ""),
-            confirm=request.POST.get("confirm", ""),
-            remember=request.POST.get("remember") == "on",
-            digest=request.POST.get("digest", ""),
-        )
-    except ValidationError as error:
-        return _after_action(request, run, _message(error))
-    except AlreadyDecided as error:
-        return _after_action(request, run, str(error))
-    return _after_action(request, run)
 
 
 @login_required

@@ -710,3 +710,20 @@ def test_a_reload_of_the_decide_address_goes_back_to_the_review(client, personas
     assert response["Location"] == reverse("approvals:review", args=[approval.pk])
     client.force_login(personas.operator)
     assert client.get(reverse("approvals:decide", args=[approval.pk])).status_code == 403
+
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["https://evil.example/phish", "//evil.example/", "javascript:alert(1)", "", "\\evil"],
+)
+def test_a_decision_goes_back_only_to_a_page_of_this_site(
+    client, personas, agent, workspace, target
+):
+    approval = ask(a_run(personas, agent, workspace))
+    client.force_login(personas.approver)
+    response = decide(client, approval, decision="reject", comment="no", next=target)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("approvals:queue")  # never the given target
+    approval.refresh_from_db()
+    assert approval.status == "rejected"

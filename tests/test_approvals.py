@@ -18,14 +18,15 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from approvals import services
 from approvals.models import ApprovalDecision, ApprovalRequest, ImmutableRecord
 from approvals.notifications import approval_email_send, approval_webhook_send
-from approvals.services import AlreadyDecided, approval_decide
+from approvals.outcomes import AlreadyDecided
+from approvals.tasks import reminders_send
 from harness_console.roles import APPROVER
 from policies.models import Policy
 from policies.permissions import policy_bump_version
 from runs import flow
+from runs.approval_outcomes import approval_decide, approvals_expire_due
 from runs.models import Message, Run, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED, make_user
@@ -242,11 +243,11 @@ def test_an_overdue_request_expires_and_its_run_fails_with_approval_expired(
     policy = Policy.objects.get(name="default")
     deadline = approval.requested_at + datetime.timedelta(minutes=policy.approval_expiry_minutes)
     assert abs(approval.expires_at - deadline) < datetime.timedelta(seconds=1)
-    assert services.approvals_expire_due() == 0  # not yet
+    assert approvals_expire_due() == 0  # not yet
     ApprovalRequest.objects.filter(pk=approval.pk).update(
         expires_at=timezone.now() - datetime.timedelta(seconds=1)
     )
-    assert services.approvals_expire_due() == 1
+    assert approvals_expire_due() == 1
     approval.refresh_from_db()
     run.refresh_from_db()
     assert approval.status == "expired" and approval.decided_by is None
@@ -259,7 +260,7 @@ def test_an_overdue_request_expires_and_its_run_fails_with_approval_expired(
     with pytest.raises(AlreadyDecided, match="expired"):
         approval_decide(approval=approval, user=personas.approver, decision="approve")
     assert not approval.decisions.exists()
-    assert services.approvals_expire_due() == 0
+    assert approvals_expire_due() == 0
 
 
 def test_a_reminder_goes_out_once_before_expiry(personas, agent, workspace, docs, settings):
@@ -269,10 +270,10 @@ def test_a_reminder_goes_out_once_before_expiry(personas, agent, workspace, docs
     _, approval = waiting_commit(personas, agent, workspace)
     assert approval.remind_at is not None and approval.remind_at < approval.expires_at
     mail.outbox.clear()
-    assert services.approvals_remind_due() == 0
+    assert reminders_send() == 0
     ApprovalRequest.objects.filter(pk=approval.pk).update(remind_at=timezone.now())
-    assert services.approvals_remind_due() == 1
-    assert services.approvals_remind_due() == 0
+    assert reminders_send() == 1
+    assert reminders_send() == 0
     approval.refresh_from_db()
     assert approval.reminded_at is not None
 
@@ -286,7 +287,7 @@ def test_an_l3_action_needs_two_distinct_approvers_when_the_policy_says_so(
     assert approval.required_approvals == 2
     approval = approval_decide(
         approval=approval, user=personas.approver, decision="approve", confirm="docs/old-faq.md"
-    )
+    ).approval
     assert approval.status == "pending"
     run.refresh_from_db()
     assert run.status == "waiting_for_approval"
@@ -302,7 +303,7 @@ def test_an_l3_action_needs_two_distinct_approvers_when_the_policy_says_so(
     second = make_user("bob-approver", APPROVER)
     approval = approval_decide(
         approval=approval, user=second, decision="approve", confirm="docs/old-faq.md"
-    )
+    ).approval
     assert approval.status == "approved" and approval.decided_by == second
     assert list(approval.decisions.values_list("user__username", flat=True)) == [
         "april-approver",

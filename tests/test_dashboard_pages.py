@@ -719,7 +719,8 @@ def test_the_ops_socket_refuses_who_may_not_see_dashboards(client, personas, who
 def test_a_status_change_reaches_the_ops_socket_as_a_notice(client, personas, run, who):
     from channels.db import database_sync_to_async
 
-    from runs.services import run_event_append, run_transition
+    from runs.events import run_event_append
+    from runs.lifecycle import run_transition
 
     session = cookie(client, getattr(personas, who))
 
@@ -744,8 +745,8 @@ def test_a_status_change_reaches_the_ops_socket_as_a_notice(client, personas, ru
 def test_the_ops_socket_closes_for_a_user_who_lost_the_right(client, personas, run, monkeypatch):
     from channels.db import database_sync_to_async
 
+    from runs.lifecycle import run_transition
     from runs.observability.dashboards.consumers import OpsDashboardConsumer
-    from runs.services import run_transition
 
     monkeypatch.setattr(OpsDashboardConsumer, "recheck_seconds", 0.0)
     session = cookie(client, personas.ops)

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
+from runs.approval_outcomes import approval_decide
 from runs.observability.synthetic import history_generate
 from runs.services import run_create
 from tests.conftest import EVERYWHERE, session_cookie_for

@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from policies.models import Agent, Workspace
 from runs import flow
+from runs.approval_outcomes import approval_decide
 from runs.core.intake import intake
 from runs.models import ModelCall, Run, ToolCall, WriteRecord
 from runs.replays import replay_scripts

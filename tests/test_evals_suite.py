@@ -408,7 +408,7 @@ def eval_and_real_runs(personas, eval_rows, agent, workspace):
     """A real run and an eval run, both failed today, through the real transition (so
     each is counted in the rollups as runs are)."""
     from evals.suite import _eval_user
-    from runs.services import run_transition
+    from runs.lifecycle import run_transition
 
     eval_agent, space = eval_rows
     runs = []

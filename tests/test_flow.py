@@ -8,8 +8,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.services import AlreadyDecided, approval_decide
+from approvals.outcomes import AlreadyDecided
 from runs import flow
+from runs.approval_outcomes import approval_decide
 from runs.models import Message, ModelCall, Run, ToolCall, WriteRecord
 from runs.services import run_answer, run_cancel, run_create, run_rollback
 from runs.tools.rollback import RollbackRefused

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from runs.events import run_event_append as _append
 from runs.models import Run
 from runs.services import run_create
-from runs.services import run_event_append as _append
 from tests.conftest import EVERYWHERE, PASSWORD, session_cookie_for
 from tests.stack import off_loop
 

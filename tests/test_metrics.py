@@ -17,8 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from runs import flow
+from runs.approval_outcomes import approval_decide
 from runs.models import DailyRollup, ModelCall, Run, ToolCall
 from runs.observability.core import rollup
 from runs.observability.rollups import FINISHED, day_of, rollups_reconcile

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from policies.models import Agent, Workspace
 from runs import flow
+from runs.approval_outcomes import approval_decide
 from runs.core.failures import KINDS, OTHER, failure_kind
 from runs.models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from runs.observability.core import rollup

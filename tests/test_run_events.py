@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.db import connection, transaction
 
+from runs.events import run_event_append
 from runs.models import AppendOnlyError, Run, RunEvent
-from runs.services import run_event_append
 from tests.conftest import EVERYWHERE
 
 

@@ -93,13 +93,19 @@ def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
 ):
     run = new_run(personas, agent, workspace)
     approval = ApprovalRequest.objects.get(run=run)
-    decide = reverse("runs:decide", args=[run.pk, approval.pk])
+    run_page = reverse("runs:detail", args=[run.pk])
     client.force_login(personas.approver)
-    refused = client.post(decide, {"decision": "reject"}, HTTP_HX_REQUEST="true")
-    assert refused["X-Harness-Refused"] == "1"
+    page = client.get(run_page).content.decode()
+    decide = reverse("approvals:decide", args=[approval.pk])
+    assert f'action="{decide}"' in page  # one door to decide, from every page
+    back = {"next": run_page, "digest": approval.digest}
+    refused = client.post(decide, {"decision": "reject", **back})
+    assert refused.status_code == 400  # the review page, with the reason by its field
     assert "Say why you reject it" in refused.content.decode()
+    assert f'name="next" value="{run_page}"' in refused.content.decode()
     assert ApprovalRequest.objects.get(pk=approval.pk).status == "pending"
-    assert client.post(decide, {"decision": "approve"}).status_code == 302
+    approved = client.post(decide, {"decision": "approve", **back})
+    assert (approved.status_code, approved["Location"]) == (302, run_page)
     flow.run_execute(run_id=run.pk, worker="pages-test")
     run.refresh_from_db()
     assert run.status == "completed"

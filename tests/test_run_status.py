@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runs.core import status as S
+from runs.leases import lease_claim
+from runs.lifecycle import run_transition
 from runs.models import Run
-from runs.services import run_claim, run_transition
 
 VALID = [(a, b) for a, nexts in S.TRANSITIONS.items() for b in sorted(nexts)]
 INVALID = [
@@ -92,16 +93,15 @@ def test_each_invalid_transition_raises_and_changes_nothing(run, current, target
 
 @pytest.mark.django_db
 def test_a_run_is_claimed_once_however_often_a_worker_tries(run):
-    assert run_claim(run_id=run.pk, worker="w1") is not None
-    assert run_claim(run_id=run.pk, worker="w2") is None
+    first = lease_claim(run_id=run.pk, worker="w1")
+    assert first is not None and first.token == 1
+    assert lease_claim(run_id=run.pk, worker="w2") is None  # the lease is live
     run.refresh_from_db()
-    assert run.status == "planning"
-    claims = [e.payload for e in run.events.filter(type="status.changed")]
-    assert claims == [{"from": "created", "to": "planning", "worker": "w1"}]
+    assert (run.lease_owner, run.lease_token) == ("w1", 1)
 
 
 @pytest.mark.django_db
 def test_claiming_a_vanished_run_is_harmless():
     import uuid
 
-    assert run_claim(run_id=uuid.uuid4(), worker="w1") is None
+    assert lease_claim(run_id=uuid.uuid4(), worker="w1") is None

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from harness_console.asgi import application
-from runs.services import run_event_append
+from runs.events import run_event_append
 from tests.conftest import EVERYWHERE
 
 pytestmark = EVERYWHERE
@@ -140,7 +140,7 @@ def test_it_replays_after_the_cursor_then_streams_each_event_once(client, run, p
 
 
 def test_a_status_change_updates_the_status_badge_live(client, run, personas):
-    from runs.services import run_transition
+    from runs.lifecycle import run_transition
 
     session = cookie(client, personas.operator)
 

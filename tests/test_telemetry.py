@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from runs import flow
+from runs.approval_outcomes import approval_decide
 from runs.models import ModelCall, ModelPrice, Run, Step
 from runs.observability import telemetry
 from runs.observability.pricing import price_version_create, prices_changed

@@ -1,8 +1,8 @@
-"""What an approval is bound to, and what changed since (issue 6 "binding").
+"""An approval request's fingerprint: what the person was shown, and what changed since.
 
 A person approves what they were shown: these arguments, this diff, these files as they
 were, under this policy version. The digest of all of it is recorded with the request and
-with each decision; before the approved action runs, the harness computes the binding again
+with each decision; before the approved action runs, the harness takes the fingerprint again
 and, if any part differs, the approval no longer holds — it is invalidated and asked again,
 naming what changed. Pure: the caller reads the files and the policy.
 """
@@ -22,7 +22,7 @@ def content_hash(data: bytes | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Binding:
+class Fingerprint:
     kind: str
     tool: str
     arguments: Mapping[str, Any]
@@ -47,8 +47,10 @@ class Binding:
         return hashlib.sha256(body.encode()).hexdigest()
 
 
-def binding_changes(shown: Binding, now: Binding, *, diff_replaced: bool = False) -> list[str]:
-    """What differs between the binding a person approved and the one in force now, in
+def fingerprint_changes(
+    shown: Fingerprint, now: Fingerprint, *, diff_replaced: bool = False
+) -> list[str]:
+    """What differs between the fingerprint a person approved and the one in force now, in
     words an approver reads; empty when the approval still holds. ``diff_replaced``: the
     approver edited the patch, so the proposed diff no longer matters — the files and the
     policy still do, since the edit was validated against them."""

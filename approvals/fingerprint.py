@@ -1,4 +1,4 @@
-"""The binding of an approval request, read from the workspace as it is now (issue 6)."""
+"""An approval request's fingerprint taken from the workspace as it is now, and as recorded."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from policies.core.diffs import file_diff
+from policies.permissions import policy_for_agent
 
-from .core.binding import Binding, content_hash
+from .core.fingerprint import Fingerprint, content_hash, fingerprint_changes
 from .core.patch import PatchError
 
 DIFF_TOOLS = frozenset({"commitDraft"})
 
 
-def binding_for(
+def fingerprint_now(
     *,
     run: Any,
     kind: str,
@@ -22,7 +23,7 @@ def binding_for(
     arguments: dict[str, Any],
     paths: Sequence[str],
     policy_version: int | None,
-) -> Binding:
+) -> Fingerprint:
     """The diff a person is shown and the hashes of the files it changes, as they are now.
 
     ``paths`` were resolved inside the workspace by the permission check; one that leads
@@ -37,7 +38,7 @@ def binding_for(
     else:
         diff = ""
     hashes = {p: content_hash(_read(root, p)) for p in paths}
-    return Binding(kind, tool, arguments, diff, hashes, policy_version)
+    return Fingerprint(kind, tool, arguments, diff, hashes, policy_version)
 
 
 def originals_for(run: Any, paths: Sequence[str]) -> dict[str, str | None]:
@@ -66,12 +67,9 @@ def _read(base: Path, relative: str) -> bytes | None:
 def changes_since_asked(approval: Any) -> list[str]:
     """What changed since a pending request was asked (files, policy), for its review page:
     approving it would only invalidate it when the worker checks again."""
-    from policies.permissions import policy_for_agent
 
-    from .core.binding import binding_changes
-
-    shown = recorded_binding(approval)
-    now = binding_for(
+    shown = fingerprint_recorded(approval)
+    now = fingerprint_now(
         run=approval.run,
         kind=approval.kind,
         tool=approval.tool,
@@ -79,12 +77,12 @@ def changes_since_asked(approval: Any) -> list[str]:
         paths=approval.paths,
         policy_version=policy_for_agent(approval.run.agent).version,
     )
-    return binding_changes(shown, now)
+    return fingerprint_changes(shown, now)
 
 
-def recorded_binding(approval: Any) -> Binding:
-    """The binding the approvers were shown, as recorded with the request."""
-    return Binding(
+def fingerprint_recorded(approval: Any) -> Fingerprint:
+    """The fingerprint of what the approvers were shown, as recorded with the request."""
+    return Fingerprint(
         approval.kind,
         approval.tool,
         approval.arguments,

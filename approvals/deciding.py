@@ -1,0 +1,185 @@
+"""Deciding (SPEC A3, A4, A6): one approver's decision is checked, then recorded as an
+audit row that is never changed; of concurrent decisions exactly one takes effect. What
+happened is returned as :class:`~approvals.outcomes.Vote`, ``Approved`` or ``Rejected``;
+the run side applies it (``runs.approval_outcomes.approval_decide`` is the door every
+page, the API and the eval runner decide through)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from harness_console.roles import may_decide
+
+from .core.patch import PatchError, apply_patch, parse_patch
+from .fingerprint import originals_for
+from .models import ApprovalDecision, ApprovalRequest
+from .outcomes import AlreadyDecided, Approved, Decided, Rejected, Vote
+
+DECISIONS = ("approve", "reject")
+MAX_COMMENT_CHARS = 4000
+MAX_EDIT_CHARS = 1_000_000
+
+
+def approval_decision_check(
+    *,
+    approval: ApprovalRequest,
+    user: Any,
+    decision: str,
+    comment: str = "",
+    confirm: str = "",
+    remember: bool = False,
+    digest: str = "",
+    edited_diff: str = "",
+) -> tuple[str, str]:
+    """Who may decide, and whether what they sent can be recorded; raises PermissionDenied
+    or ValidationError (a message per field), or returns the comment and the edited patch
+    as they will be recorded (an edit that changes nothing is no edit). ``digest`` is what
+    the approver's page showed: a page older than the request refuses. ``edited_diff``
+    replaces the proposed patch; it must apply to the files as they are."""
+    if not may_decide(user):
+        raise PermissionDenied("Only approvers decide approval requests.")
+    if approval.run.requester_id == user.pk:
+        raise PermissionDenied("A requester cannot decide on their own run.")
+    comment, edited_diff = (comment or "").strip(), (edited_diff or "").replace("\r\n", "\n")
+    errors = _decision_errors(approval, decision, comment, confirm, digest, edited_diff, remember)
+    edited = edited_diff and edited_diff != approval.diff
+    if not errors and edited and (problem := edit_problem(approval, edited_diff)):
+        errors["edited_diff"] = problem
+    if errors:
+        raise ValidationError(errors)
+    return comment, "" if edited_diff == approval.diff else edited_diff
+
+
+def approval_decision_record(
+    *,
+    approval: ApprovalRequest,
+    user: Any,
+    decision: str,
+    comment: str,
+    remember: bool,
+    digest: str,
+    edited_diff: str,
+) -> Decided:
+    """Record one checked decision. A request needing M approvers stays pending until M
+    distinct approvers said yes (a :class:`Vote`); one rejection rejects it. Call inside
+    the caller's transaction, with the run's row locked first (the one lock order of
+    cancel, expiry and decisions: no deadlock)."""
+    assert transaction.get_connection().in_atomic_block, "decide inside a transaction"
+    current = (
+        ApprovalRequest.objects.select_for_update(of=("self",))
+        .select_related("run", "decided_by")
+        .get(pk=approval.pk)
+    )
+    if not current.is_pending:
+        raise AlreadyDecided(current)
+    if current.decisions.filter(user=user).exists():
+        raise AlreadyDecided(
+            current,
+            f"You approved this already; it needs {_missing(current)} more approver(s).",
+        )
+    ApprovalDecision.objects.create(
+        approval=current,
+        user=user,
+        decision=decision,
+        comment=comment,
+        shown_digest=digest,  # "" when the client sent none: nothing is claimed
+        edited_diff=edited_diff,
+        remember=remember,
+    )
+    votes = current.decisions.filter(decision="approve").count()
+    if decision == "approve" and votes < current.required_approvals:
+        return Vote(current, user, votes, current.required_approvals)
+    status = (
+        ApprovalRequest.Status.APPROVED
+        if decision == "approve"
+        else ApprovalRequest.Status.REJECTED
+    )
+    won = ApprovalRequest.objects.filter(
+        pk=current.pk, status=ApprovalRequest.Status.PENDING
+    ).update(
+        status=status,
+        decided_by=user,
+        decided_at=timezone.now(),
+        comment=comment,
+        remember=remember and decision == "approve",
+        edited_diff=edited_diff,
+    )
+    current = ApprovalRequest.objects.select_related("run", "decided_by").get(pk=current.pk)
+    if not won:  # cannot happen under the locks; kept as the last line of defence
+        raise AlreadyDecided(current)
+    if decision == "approve":
+        return Approved(current, user, remember=remember)
+    return Rejected(current, user)
+
+
+def _decision_errors(
+    approval: ApprovalRequest,
+    decision: str,
+    comment: str,
+    confirm: str,
+    digest: str,
+    edited_diff: str,
+    remember: bool,
+) -> dict[str, str]:
+    errors = {}
+    if decision not in DECISIONS:
+        errors["decision"] = "Choose approve or reject."
+    typed = {"comment": comment, "confirm": confirm or "", "digest": digest or ""}
+    for field, value in {**typed, "edited_diff": edited_diff}.items():
+        if "\x00" in value:
+            errors[field] = "This cannot contain a NUL character."
+    if len(comment) > MAX_COMMENT_CHARS:
+        errors.setdefault("comment", f"Keep the comment under {MAX_COMMENT_CHARS} characters.")
+    elif decision == "reject" and not comment:
+        errors["comment"] = "Say why you reject it: the requester and the model read this."
+    if digest and digest != approval.digest:
+        errors["digest"] = "This request is not the one your page showed; reload it."
+    if decision == "approve" and approval.strong_confirmation and "confirm" not in errors:
+        expected = approval.confirm_expected
+        if not expected or (confirm or "").strip() != expected:
+            what = "the path" if expected in approval.paths else "it"
+            errors["confirm"] = f"Type {what} exactly ({expected}) to confirm."
+    if remember and decision == "approve" and (problem := approval.remember_refusal):
+        errors["remember"] = problem
+    if edited_diff and edited_diff != approval.diff and "edited_diff" not in errors:
+        if decision != "approve":
+            errors["edited_diff"] = "Only an approval carries an edited patch."
+        elif refusal := approval.edit_refusal:
+            errors["edited_diff"] = refusal
+        elif len(edited_diff) > MAX_EDIT_CHARS:
+            errors["edited_diff"] = f"Keep the patch under {MAX_EDIT_CHARS} characters."
+        else:
+            try:
+                parse_patch(edited_diff)
+            except PatchError as error:
+                errors["edited_diff"] = f"The edited patch cannot be read: {error}"
+    return errors
+
+
+def edit_problem(approval: ApprovalRequest, edited_diff: str) -> str:
+    """Why an edited patch cannot replace the proposed change, or "" when it can: it must
+    apply to the files as they are now, change every file of the request (leaving one out
+    would commit the model's version of it unseen) and delete none."""
+    try:
+        edited = apply_patch(
+            originals_for(approval.run, approval.paths), edited_diff, approval.paths
+        )
+    except PatchError as error:
+        return f"The edited patch does not apply: {error}"
+    if missing := [p for p in approval.paths if p not in edited]:
+        return (
+            f"The edited patch leaves out {', '.join(missing)}: an edit replaces the whole "
+            "change, so keep each file's hunks (unchanged if you agree with them)."
+        )
+    if deleted := [p for p, text in edited.items() if text is None]:
+        return f"An edit cannot delete a file ({', '.join(deleted)}): reject the request instead."
+    return ""
+
+
+def _missing(approval: ApprovalRequest) -> int:
+    approvals = approval.decisions.filter(decision="approve").count()
+    return max(0, approval.required_approvals - approvals)
