@@ -19,7 +19,6 @@ from typing import Any
 
 from django.db.models import Q
 
-from .core.hook_handlers import handler_build
 from .core.hook_runner import (
     Binding,
     HandlerReport,
@@ -30,6 +29,7 @@ from .core.hook_runner import (
     hooks_run_chain,
 )
 from .core.hooks import HookSettingsError, Phase
+from .hook_handlers import handler_build
 from .hook_threads import call_in_thread
 from .models import Agent, HookBinding
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.core.hook_handlers import HANDLERS, handler_build, phase_check
+from policies.core.hook_handlers import HANDLERS, phase_check
 from policies.core.hook_runner import (
     Binding,
     Crashed,
@@ -29,6 +29,7 @@ from policies.core.hook_runner import (
 )
 from policies.core.hook_webhook import WebhookError
 from policies.core.hooks import Halt, HookSettingsError, Replace
+from policies.hook_handlers import handler_build
 from policies.hook_threads import call_in_thread
 
 ANTHROPIC_KEY = "sk-ant-api03-" + "Ab1_" * 20 + "xyzAA"
