@@ -19,7 +19,6 @@ from typing import Any
 
 from django.db.models import Q
 
-from .core.hook_handlers import handler_build
 from .core.hook_runner import (
     Binding,
     HandlerReport,
@@ -30,6 +29,8 @@ from .core.hook_runner import (
     hooks_run_chain,
 )
 from .core.hooks import HookSettingsError, Phase
+from .hook_handlers import handler_build
+from .hook_threads import call_in_thread
 from .models import Agent, HookBinding
 
 __all__ = [
@@ -95,5 +96,5 @@ def _broken(message: str) -> HookHandler:
 
 def hooks_run(bindings: Sequence[Binding], phase: Phase, event: Mapping[str, Any]) -> HooksOutcome:
     """Run the bindings of ``phase`` in order (others are left out) on ``event``, each in a
-    worker thread under its time limit. Pure: reads no rows, so it is safe in any thread."""
-    return hooks_run_chain(bindings, phase=phase, event=event)
+    worker thread under its time limit. Reads no rows, so it is safe in any thread."""
+    return hooks_run_chain(bindings, phase=phase, event=event, call=call_in_thread)

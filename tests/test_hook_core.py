@@ -1,12 +1,14 @@
 """The hook runner and the shipped handlers (SPEC C7), as pure functions: order, halts,
 fail-closed and fail-open, time limits, redaction, change freezes, and a webhook posted to a
-real local HTTP server."""
+real local HTTP server. The chain's rules are tested twice: as the loop runs them, each
+handler in a worker thread under its real time limit, and with a scripted ``call`` that
+answers finished, crashed or overran with no thread and no waiting."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from zoneinfo import ZoneInfo
@@ -15,10 +17,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.core.hook_handlers import HANDLERS, handler_build, phase_check
-from policies.core.hook_runner import Binding, HooksCompleted, HooksHalted, hooks_run_chain
+from policies.core.hook_handlers import HANDLERS, phase_check
+from policies.core.hook_runner import (
+    Binding,
+    Crashed,
+    Finished,
+    HooksCompleted,
+    HooksHalted,
+    Overran,
+    hooks_run_chain,
+)
 from policies.core.hook_webhook import WebhookError
 from policies.core.hooks import Halt, HookSettingsError, Replace
+from policies.hook_handlers import handler_build
+from policies.hook_threads import call_in_thread
 
 ANTHROPIC_KEY = "sk-ant-api03-" + "Ab1_" * 20 + "xyzAA"
 
@@ -35,6 +47,11 @@ def recorder(calls, name, result=None):
     return handler
 
 
+def run_threaded(bindings, *, phase, event):
+    """The chain as the loop runs it: each handler in a worker thread under its time limit."""
+    return hooks_run_chain(bindings, phase=phase, event=event, call=call_in_thread)
+
+
 # --- the runner ---------------------------------------------------------------------------
 
 
@@ -45,7 +62,7 @@ def test_bindings_run_in_the_order_given_and_only_for_their_phase():
         bind("elsewhere", recorder(calls, "elsewhere"), phase="session_end"),
         bind("second", recorder(calls, "second")),
     ]
-    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={"tool": "readSource"})
+    outcome = run_threaded(bindings, phase="pre_tool_use", event={"tool": "readSource"})
     assert isinstance(outcome, HooksCompleted)
     assert [name for name, _ in calls] == ["first", "second"]
     assert outcome.ran == ("first", "second") and outcome.skipped == ()
@@ -59,7 +76,7 @@ def test_a_halt_stops_the_chain_and_names_the_handler():
         bind("guard", recorder(calls, "guard", Halt("deleting is not allowed")), fail_open=True),
         bind("last", recorder(calls, "last")),
     ]
-    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={})
+    outcome = run_threaded(bindings, phase="pre_tool_use", event={})
     assert isinstance(outcome, HooksHalted)
     assert (outcome.handler, outcome.reason) == ("guard", "deleting is not allowed")
     assert [name for name, _ in calls] == ["first", "guard"]
@@ -72,7 +89,7 @@ def test_a_replace_changes_the_event_for_later_handlers_and_the_caller():
         bind("shorten", lambda e: Replace({"output": e["output"][:3]}, details={"cut": 1})),
         bind("watch", recorder(calls, "watch")),
     ]
-    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={"output": "abcdef"})
+    outcome = run_threaded(bindings, phase="pre_tool_use", event={"output": "abcdef"})
     assert calls[0][1]["output"] == "abc"
     assert outcome.event["output"] == "abc"
     assert outcome.reports[0].verdict == "replaced" and outcome.reports[0].details == {"cut": 1}
@@ -85,7 +102,7 @@ def test_a_crash_fails_closed_and_says_what_crashed():
         return {}["x"]
 
     bindings = [bind("secret-redaction", broken), bind("after", recorder(calls, "after"))]
-    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={})
+    outcome = run_threaded(bindings, phase="pre_tool_use", event={})
     assert isinstance(outcome, HooksHalted)
     assert outcome.reason == "secret-redaction crashed: KeyError 'x'"
     assert outcome.handler == "secret-redaction" and calls == []
@@ -97,7 +114,7 @@ def test_a_crash_with_fail_open_is_skipped_and_reported():
         bind("flaky", lambda e: 1 / 0, fail_open=True),
         bind("after", recorder(calls, "after")),
     ]
-    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={})
+    outcome = run_threaded(bindings, phase="pre_tool_use", event={})
     assert isinstance(outcome, HooksCompleted)
     assert outcome.ran == ("after",)
     (skipped,) = outcome.skipped
@@ -119,7 +136,7 @@ def test_an_overrun_fails_closed(gate):
         bind("webhook-notifier", lambda e: gate.wait(5), limit=0.05),
         bind("after", recorder(calls, "after")),
     ]
-    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={})
+    outcome = run_threaded(bindings, phase="pre_tool_use", event={})
     assert isinstance(outcome, HooksHalted)
     assert outcome.reason == "webhook-notifier overran its 0.05 s limit"
     assert outcome.reports[0].verdict == "overran" and calls == []
@@ -131,7 +148,7 @@ def test_an_overrun_with_fail_open_goes_on_without_its_late_changes(gate):
         return Replace({"output": "late"})
 
     bindings = [bind("slow", slow, phase="post_tool_use", limit=0.05, fail_open=True)]
-    outcome = hooks_run_chain(bindings, phase="post_tool_use", event={"output": "on time"})
+    outcome = run_threaded(bindings, phase="post_tool_use", event={"output": "on time"})
     assert isinstance(outcome, HooksCompleted)
     assert outcome.event["output"] == "on time" and outcome.skipped[0].verdict == "overran"
 
@@ -144,12 +161,12 @@ def test_an_overrun_with_fail_open_goes_on_without_its_late_changes(gate):
     ],
 )
 def test_a_bad_return_value_is_a_crash(result, message):
-    outcome = hooks_run_chain([bind("odd", lambda e: result)], phase="pre_tool_use", event={})
+    outcome = run_threaded([bind("odd", lambda e: result)], phase="pre_tool_use", event={})
     assert isinstance(outcome, HooksHalted) and outcome.reason == f"odd crashed: {message}"
 
 
 def test_handlers_cannot_change_the_event_they_are_given():
-    outcome = hooks_run_chain(
+    outcome = run_threaded(
         [bind("meddler", lambda e: e.update(tool="rm"))], phase="pre_tool_use", event={}
     )
     assert isinstance(outcome, HooksHalted) and "AttributeError" in outcome.reason
@@ -163,7 +180,195 @@ def test_bad_bindings_and_phases_are_refused():
     with pytest.raises(ValueError, match="time limit above 0"):
         bind("x", lambda e: None, limit=0)
     with pytest.raises(ValueError, match="Unknown hook phase"):
-        hooks_run_chain([], phase="whenever", event={})
+        run_threaded([], phase="whenever", event={})
+
+
+def test_the_threaded_call_answers_finished_crashed_or_overran(gate):
+    def leave(event):
+        raise SystemExit(3)
+
+    assert call_in_thread(lambda e: Halt(e["why"]), {"why": "no"}, 1.0) == Finished(Halt("no"))
+    crashed = call_in_thread(lambda e: 1 / 0, {}, 1.0)
+    assert isinstance(crashed, Crashed) and isinstance(crashed.error, ZeroDivisionError)
+    exited = call_in_thread(leave, {}, 1.0)  # even SystemExit is reported, never raised
+    assert isinstance(exited, Crashed) and isinstance(exited.error, SystemExit)
+    assert call_in_thread(lambda e: gate.wait(5), {}, 0.05) == Overran()
+
+
+# --- the chain, with a scripted call: no threads, no waiting ---------------------------------
+
+
+class Script:
+    """A fake ``call``: a handler in ``answers`` gets that answer without running; any other
+    runs here, in the test's own thread. ``asked`` records each call as (handler, event,
+    time limit), in order."""
+
+    def __init__(self, answers=None):
+        self.answers = answers or {}
+        self.asked: list = []
+
+    def __call__(self, handler, event, time_limit):
+        self.asked.append((handler, event, time_limit))
+        if handler in self.answers:
+            return self.answers[handler]
+        return Finished(handler(event))
+
+    def handlers(self):
+        return [handler for handler, _, _ in self.asked]
+
+
+def noop(event):
+    return None
+
+
+def later(event):
+    return None
+
+
+def test_the_chain_asks_for_each_binding_in_order_with_its_limit_and_a_read_only_event():
+    script = Script()
+    bindings = [
+        bind("first", noop, limit=0.5),
+        bind("elsewhere", noop, phase="session_end"),
+        bind("second", later, limit=3),
+    ]
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={"tool": "x"}, call=script)
+    assert isinstance(outcome, HooksCompleted) and outcome.ran == ("first", "second")
+    assert [(h, limit) for h, _, limit in script.asked] == [(noop, 0.5), (later, 3)]
+    event = script.asked[0][1]
+    assert isinstance(event, Mapping) and dict(event) == {"tool": "x", "phase": "pre_tool_use"}
+    with pytest.raises(TypeError):
+        event["tool"] = "rm"  # type: ignore[index]
+
+
+def test_an_overrun_fails_closed_and_the_chain_asks_no_further():
+    script = Script({noop: Overran()})
+    bindings = [bind("webhook-notifier", noop, limit=2), bind("after", later)]
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={}, call=script)
+    assert isinstance(outcome, HooksHalted) and outcome.handler == "webhook-notifier"
+    assert outcome.reason == "webhook-notifier overran its 2 s limit"
+    assert outcome.reports[0].verdict == "overran" and not outcome.reports[0].skipped
+    assert script.handlers() == [noop]
+
+
+def test_an_overrun_with_fail_open_is_skipped_and_the_event_is_left_as_it_was():
+    script = Script({noop: Overran()})
+    bindings = [
+        bind("slow", noop, phase="post_tool_use", limit=0.25, fail_open=True),
+        bind("after", later, phase="post_tool_use"),
+    ]
+    event = {"output": "on time"}
+    outcome = hooks_run_chain(bindings, phase="post_tool_use", event=event, call=script)
+    assert isinstance(outcome, HooksCompleted) and outcome.ran == ("after",)
+    (skipped,) = outcome.skipped
+    assert (skipped.handler, skipped.verdict) == ("slow", "overran")
+    assert skipped.reason == "slow overran its 0.25 s limit"
+    assert outcome.event["output"] == "on time" and script.handlers() == [noop, later]
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (KeyError("x"), "guard crashed: KeyError 'x'"),
+        (RuntimeError(), "guard crashed: RuntimeError"),
+        (
+            WebhookError("could not reach https://h: refused"),
+            "guard crashed: WebhookError could not reach https://h: refused",
+        ),
+    ],
+)
+def test_a_crash_fails_closed_and_names_the_error(error, reason):
+    script = Script({noop: Crashed(error)})
+    bindings = [bind("guard", noop), bind("after", later)]
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={}, call=script)
+    assert isinstance(outcome, HooksHalted) and outcome.reason == reason
+    assert outcome.reports[0].verdict == "crashed" and script.handlers() == [noop]
+
+
+def test_a_scripted_crash_with_fail_open_is_skipped_and_reported():
+    script = Script({noop: Crashed(ZeroDivisionError("division by zero"))})
+    bindings = [bind("flaky", noop, fail_open=True), bind("after", later)]
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={}, call=script)
+    assert isinstance(outcome, HooksCompleted) and outcome.ran == ("after",)
+    (skipped,) = outcome.skipped
+    assert skipped.reason == "flaky crashed: ZeroDivisionError division by zero"
+
+
+def test_a_halt_stops_the_chain_whatever_fail_open_says():
+    script = Script({noop: Finished(Halt("deleting is not allowed"))})
+    bindings = [bind("guard", noop, fail_open=True), bind("after", later)]
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={}, call=script)
+    assert isinstance(outcome, HooksHalted)
+    assert (outcome.handler, outcome.reason) == ("guard", "deleting is not allowed")
+    assert outcome.reports[0].verdict == "halted" and not outcome.reports[0].skipped
+    assert script.handlers() == [noop]
+
+
+def test_a_replace_reaches_later_handlers_and_the_caller_and_keeps_its_details():
+    script = Script({noop: Finished(Replace({"output": "abc"}, details={"cut": 3}))})
+    bindings = [bind(name, h, phase="post_tool_use") for name, h in (("cut", noop), ("w", later))]
+    event = {"output": "abcdef", "tool": "readSource"}
+    outcome = hooks_run_chain(bindings, phase="post_tool_use", event=event, call=script)
+    assert script.asked[1][1]["output"] == "abc"
+    assert dict(outcome.event) == {"output": "abc", "tool": "readSource", "phase": "post_tool_use"}
+    assert outcome.reports[0].verdict == "replaced" and outcome.reports[0].details == {"cut": 3}
+    assert event["output"] == "abcdef"  # the caller's event is left alone
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        ("yes", "it returned 'yes', not None, Halt or Replace"),
+        (Replace({"phase": "session_end", "output": "x"}), "it tried to change the phase"),
+    ],
+)
+def test_a_bad_result_is_a_crash_whose_changes_are_dropped(result, message):
+    script = Script({noop: Finished(result)})
+    bindings = [bind("odd", noop, fail_open=True)]
+    event = {"output": "kept"}
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event=event, call=script)
+    assert isinstance(outcome, HooksCompleted)
+    assert outcome.skipped[0].reason == f"odd crashed: {message}"
+    assert dict(outcome.event) == {"output": "kept", "phase": "pre_tool_use"}
+
+
+def test_a_call_that_answers_something_else_is_a_bug_not_a_verdict():
+    with pytest.raises(TypeError, match="not Finished, Crashed or Overran"):
+        hooks_run_chain([bind("x", noop)], phase="pre_tool_use", event={}, call=lambda *a: True)
+
+
+ANSWERS = {
+    "went_on": Finished(None),
+    "replaced": Finished(Replace({"n": 1})),
+    "halted": Finished(Halt("stop")),
+    "crashed": Crashed(ValueError("bad")),
+    "overran": Overran(),
+}
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(ANSWERS)), st.booleans()), max_size=8))
+def test_the_chain_stops_at_the_first_halt_or_closed_failure_and_reports_every_call(steps):
+    handlers = [lambda e: None for _ in steps]
+    script = Script({h: ANSWERS[kind] for h, (kind, _) in zip(handlers, steps, strict=True)})
+    bindings = [
+        bind(f"h{i}", h, fail_open=open_)
+        for i, (h, (_, open_)) in enumerate(zip(handlers, steps, strict=True))
+    ]
+    outcome = hooks_run_chain(bindings, phase="pre_tool_use", event={}, call=script)
+    stops = [
+        i
+        for i, (kind, open_) in enumerate(steps)
+        if kind == "halted" or (kind in ("crashed", "overran") and not open_)
+    ]
+    asked = stops[0] + 1 if stops else len(steps)
+    assert isinstance(outcome, HooksHalted) == bool(stops)
+    assert script.handlers() == handlers[:asked]
+    assert [r.verdict for r in outcome.reports] == [kind for kind, _ in steps[:asked]]
+    assert [r.handler for r in outcome.skipped] == [
+        f"h{i}"
+        for i, (kind, open_) in enumerate(steps[:asked])
+        if open_ and kind in ("crashed", "overran")
+    ]
 
 
 # --- the registry ---------------------------------------------------------------------------
@@ -352,7 +557,7 @@ def test_a_weekday_freeze_without_hours_covers_the_whole_day():
 def test_a_freeze_without_an_aware_now_fails_closed():
     binding = Binding("change-freeze", "pre_tool_use", handler_build("change-freeze", CHRISTMAS))
     event = {"now": datetime(2025, 12, 25, 9), "tool": "commitDraft"}
-    outcome = hooks_run_chain([binding], phase="pre_tool_use", event=event)
+    outcome = run_threaded([binding], phase="pre_tool_use", event=event)
     assert isinstance(outcome, HooksHalted)
     assert "crashed: ValueError the event has no timezone-aware 'now'" in outcome.reason
 
@@ -463,7 +668,7 @@ def test_an_unreachable_webhook_raises_and_fail_open_decides():
     handler = handler_build("webhook-notifier", {"url": f"http://127.0.0.1:{port}/", "timeout": 1})
     for fail_open, kind in ((False, HooksHalted), (True, HooksCompleted)):
         binding = Binding("webhook-notifier", "session_start", handler, 3, fail_open)
-        outcome = hooks_run_chain([binding], phase="session_start", event={"run_id": 1})
+        outcome = run_threaded([binding], phase="session_start", event={"run_id": 1})
         assert isinstance(outcome, kind)
         assert "crashed: WebhookError could not reach http://127.0.0.1" in outcome.reports[0].reason
 

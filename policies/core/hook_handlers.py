@@ -1,14 +1,18 @@
 """The hook handlers the console ships, by name: what an admin may bind to a phase.
 
-Each entry holds a factory (settings → handler), the JSON schema of its settings, the phases
-it may be bound to, a description and an example. :func:`handler_build` is the one way to get
-a handler: the schema first, then the factory's own checks (a regex that does not compile, a
-URL that is not http), each failure a :class:`HookSettingsError` that names the setting.
+Each entry is a spec: the JSON schema of its settings, the phases it may be bound to, a
+description and an example; the model's choices and the admin's reference table read them.
+:func:`settings_check` and :func:`phase_check` judge a binding by them, purely.
+
+The specs hold no factory: building the ``webhook-notifier`` checks its URL and its handler
+POSTs, which takes ``urllib``, and the core does no I/O. The factories and
+:func:`policies.hook_handlers.handler_build`, the one way to get a handler, live outside the
+core (that module says why there rather than a sender passed in).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -16,14 +20,14 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 
 from . import hook_freeze, hook_redaction, hook_webhook
-from .hook_runner import HookHandler
 from .hooks import PHASES, HookSettingsError, Phase
 
 
 @dataclass(frozen=True)
 class HandlerSpec:
+    """What the console says about a shipped handler, and how its settings are checked."""
+
     name: str
-    factory: Callable[[Mapping[str, Any]], HookHandler]
     schema: Mapping[str, Any]
     phases: tuple[Phase, ...]
     description: str
@@ -36,7 +40,6 @@ HANDLERS: Final[Mapping[str, HandlerSpec]] = MappingProxyType(
         for spec in (
             HandlerSpec(
                 name="secret-redaction",
-                factory=hook_redaction.secret_redaction,
                 schema=hook_redaction.SCHEMA,
                 phases=("post_tool_use",),
                 description=(
@@ -48,7 +51,6 @@ HANDLERS: Final[Mapping[str, HandlerSpec]] = MappingProxyType(
             ),
             HandlerSpec(
                 name="change-freeze",
-                factory=hook_freeze.change_freeze,
                 schema=hook_freeze.SCHEMA,
                 phases=("pre_tool_use",),
                 description=(
@@ -59,7 +61,6 @@ HANDLERS: Final[Mapping[str, HandlerSpec]] = MappingProxyType(
             ),
             HandlerSpec(
                 name="webhook-notifier",
-                factory=hook_webhook.webhook_notifier,
                 schema=hook_webhook.SCHEMA,
                 phases=PHASES,
                 description=(
@@ -104,12 +105,6 @@ def handler_spec(name: str) -> HandlerSpec:
         raise HookSettingsError(
             f"No hook handler named {name!r}; handlers are {', '.join(HANDLERS)}."
         ) from None
-
-
-def handler_build(name: str, settings: Any) -> HookHandler:
-    """The handler ``name`` configured by ``settings``, or HookSettingsError saying why not."""
-    settings_check(name, settings)
-    return handler_spec(name).factory(settings)
 
 
 def phase_check(name: str, phase: str) -> None:

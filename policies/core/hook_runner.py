@@ -3,9 +3,12 @@
 1. Each handler sees the event as changed by the handlers before it, plus ``"phase"``; it
    returns ``None`` (go on), :class:`Halt` (stop the chain, and for ``pre_tool_use`` the tool
    call) or :class:`Replace` (go on with some keys of the event changed).
-2. A handler runs in a worker thread; the runner stops waiting for it after its time limit.
-   Python cannot stop a thread, so an overrunning handler finishes in the background, and
-   whatever it returns then is ignored.
+2. The chain never calls a handler itself: it asks ``call`` to, with the binding's time limit,
+   and ``call`` answers what happened as a value: :class:`Finished` (with what the handler
+   returned), :class:`Crashed` (with what it raised) or :class:`Overran`. Enforcing a time
+   limit takes a thread or a process, which the core may not start; so the caller supplies
+   it (:func:`policies.hook_threads.call_in_thread` for the loop), and the rules below are
+   tested with a scripted ``call``, with no threads and no waiting.
 3. A handler that raises, returns anything else, or overruns has failed. A failure halts the
    chain (fail closed), unless its binding says ``fail_open``: then it is skipped, and the
    report says so. A deliberate :class:`Halt` halts whatever ``fail_open`` says.
@@ -16,7 +19,6 @@ as the last handler left it and one :class:`HandlerReport` per handler that was 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -29,6 +31,32 @@ HookHandler = Callable[[Mapping[str, Any]], HookResult]
 Verdict = Literal["went_on", "replaced", "halted", "crashed", "overran"]
 FAILURES: Final[frozenset[Verdict]] = frozenset({"crashed", "overran"})
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The handler returned within its time limit. ``result`` is whatever it returned: the
+    chain, not ``call``, decides whether that is a valid :data:`HookResult`."""
+
+    result: object
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """The handler raised within its time limit; ``error`` is what it raised."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Overran:
+    """The time limit passed before the handler returned; whatever it does later is ignored."""
+
+
+CallOutcome = Finished | Crashed | Overran
+HandlerCall = Callable[[HookHandler, Mapping[str, Any], float], CallOutcome]
+"""``call(handler, event, time_limit)``: run ``handler(event)``, wait at most ``time_limit``
+seconds for it, and say what happened. It must not raise for anything the handler does."""
 
 
 @dataclass(frozen=True)
@@ -99,15 +127,17 @@ HooksOutcome = HooksCompleted | HooksHalted
 
 
 def hooks_run_chain(
-    bindings: Sequence[Binding], *, phase: Phase, event: Mapping[str, Any]
+    bindings: Sequence[Binding], *, phase: Phase, event: Mapping[str, Any], call: HandlerCall
 ) -> HooksOutcome:
-    """Run the bindings of ``phase`` in the order given; bindings of other phases are left out."""
+    """Run the bindings of ``phase`` in the order given, each through ``call`` under its time
+    limit; bindings of other phases are left out."""
     if phase not in PHASES:
         raise ValueError(f"Unknown hook phase {phase!r}; phases are {', '.join(PHASES)}.")
     current: dict[str, Any] = {**event, "phase": phase}
     reports: list[HandlerReport] = []
     for binding in (b for b in bindings if b.phase == phase):
-        report, changes = _run_one(binding, MappingProxyType(dict(current)))
+        frozen = MappingProxyType(dict(current))
+        report, changes = _judge(binding, call(binding.handler, frozen, binding.time_limit))
         reports.append(report)
         if report.verdict == "halted" or (report.verdict in FAILURES and not report.skipped):
             return HooksHalted(
@@ -121,16 +151,25 @@ def hooks_run_chain(
     return HooksCompleted(phase=phase, event=MappingProxyType(current), reports=tuple(reports))
 
 
-def _run_one(binding: Binding, event: Mapping[str, Any]) -> tuple[HandlerReport, Mapping[str, Any]]:
+def _judge(binding: Binding, outcome: CallOutcome) -> tuple[HandlerReport, Mapping[str, Any]]:
+    """What one call of the binding's handler comes to: its report, and the event changes
+    the chain goes on with (none unless it finished with a :class:`Replace`)."""
     name = binding.name
-    finished, box = _start(binding.handler, event)
-    if not finished.wait(binding.time_limit):
-        return _failure(binding, "overran", f"{name} overran its {binding.time_limit:g} s limit")
-    if "error" in box:
-        error = box["error"]
-        message = f" {error}" if str(error) else ""
-        return _failure(binding, "crashed", f"{name} crashed: {type(error).__name__}{message}")
-    result = box.get("result")
+    match outcome:
+        case Overran():
+            return _failure(
+                binding, "overran", f"{name} overran its {binding.time_limit:g} s limit"
+            )
+        case Crashed(error=error):
+            message = f" {error}" if str(error) else ""
+            return _failure(binding, "crashed", f"{name} crashed: {type(error).__name__}{message}")
+        case Finished(result=result):
+            return _result(binding, result)
+    raise TypeError(f"call answered {outcome!r}, not Finished, Crashed or Overran.")
+
+
+def _result(binding: Binding, result: object) -> tuple[HandlerReport, Mapping[str, Any]]:
+    name = binding.name
     if result is None:
         return HandlerReport(name, "went_on"), _EMPTY
     if isinstance(result, Halt):
@@ -149,22 +188,3 @@ def _failure(
     binding: Binding, verdict: Verdict, reason: str
 ) -> tuple[HandlerReport, Mapping[str, Any]]:
     return HandlerReport(binding.name, verdict, reason=reason, skipped=binding.fail_open), _EMPTY
-
-
-def _start(
-    handler: HookHandler, event: Mapping[str, Any]
-) -> tuple[threading.Event, dict[str, Any]]:
-    """Start ``handler(event)`` in a daemon thread: one that overruns never holds up exit."""
-    finished = threading.Event()
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = handler(event)
-        except BaseException as error:  # a handler's failure is reported, never raised here
-            box["error"] = error
-        finally:
-            finished.set()
-
-    threading.Thread(target=work, name="hook-handler", daemon=True).start()
-    return finished, box

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from ..core.hook_handlers import HANDLERS, handler_build, phase_check
+from ..core.hook_handlers import HANDLERS, phase_check
 from ..core.hooks import PHASES, HookSettingsError
+from ..hook_handlers import handler_build
 from .agents import Agent
 
 
