@@ -712,7 +712,6 @@ def test_a_reload_of_the_decide_address_goes_back_to_the_review(client, personas
     assert client.get(reverse("approvals:decide", args=[approval.pk])).status_code == 403
 
 
-
 @pytest.mark.parametrize(
     "target",
     ["https://evil.example/phish", "//evil.example/", "javascript:alert(1)", "", "\\evil"],
