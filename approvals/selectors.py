@@ -97,3 +97,19 @@ def queue_neighbours(user: Any, approval: ApprovalRequest) -> dict[str, Approval
         .first(),
         "next": queue.filter(requested_at__gt=approval.requested_at).first(),
     }
+
+
+def approval_in_force(
+    *, run_id: Any, kind: str, tool_use_id: str | None = None
+) -> ApprovalRequest | None:
+    """The request that answers this question of the run now: for a tool call, the one
+    asked about that tool_use; for a commit, the run's commit request. An invalidated
+    request is no answer (the question was asked again); of the others there is at most
+    one per question (a unique constraint), the newest. Its status says the answer:
+    pending, approved, rejected, expired or cancelled."""
+    asked = ApprovalRequest.objects.filter(run_id=run_id, kind=kind).exclude(
+        status=ApprovalRequest.Status.INVALIDATED
+    )
+    if tool_use_id is not None:
+        asked = asked.filter(tool_use_id=tool_use_id)
+    return asked.select_related("decided_by").order_by("-requested_at").first()

@@ -363,7 +363,7 @@ def profile(fx: dict[str, Any], steps: int) -> None:
     )
     profiler = cProfile.Profile()
     profiler.enable()
-    flow.run_execute(run_id=run.pk, worker="bench-profile")
+    flow.run_drive(run_id=run.pk, worker="bench-profile")
     profiler.disable()
     run.refresh_from_db()
     print(f"\nprofile of one {steps}-step run in this process ({run.status}):")

@@ -41,7 +41,7 @@ def run_execute(run_id: str) -> None:
     worker = f"{run_execute.request.hostname or 'worker'}:{os.getpid()}"
     with run_log_context(run_id):
         try:
-            flow.run_execute(run_id=run_id, worker=worker)
+            flow.run_drive(run_id=run_id, worker=worker)
         finally:
             telemetry.tracing_flush()  # the pool may recycle this process after the task
 

@@ -45,7 +45,7 @@ def submit(user, agent, workspace, request=FIX):
 
 
 def drive(run_id) -> Run:
-    flow.run_execute(run_id=run_id, worker="api-test")
+    flow.run_drive(run_id=run_id, worker="api-test")
     return Run.objects.get(pk=run_id)
 
 

@@ -45,7 +45,7 @@ def driven(personas, agent, workspace, request=FIX, user=None) -> Run:
         request=request,
         dispatch=False,
     )
-    flow.run_execute(run_id=run.pk, worker="approval-pages")
+    flow.run_drive(run_id=run.pk, worker="approval-pages")
     run.refresh_from_db()
     return run
 
@@ -58,7 +58,7 @@ def delete_approval(personas, agent, workspace) -> ApprovalRequest:
     """A deleteFile tool call that asks for a strong confirmation (type the path)."""
     run = driven(personas, agent, workspace, request=DELETE)
     run_answer(run=run, user=personas.operator, answers={"path": "docs/old-faq.md"})
-    flow.run_execute(run_id=run.pk, worker="approval-pages")
+    flow.run_drive(run_id=run.pk, worker="approval-pages")
     approval = waiting_approval(run)
     assert approval.strong_confirmation and approval.tool == "deleteFile"
     return approval
@@ -376,7 +376,7 @@ def test_approving_resumes_the_run_and_goes_on_to_the_queue(
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.decided_by == personas.approver
     assert approval.comment == "Looks right"
-    flow.run_execute(run_id=run.pk, worker="approval-pages")
+    flow.run_drive(run_id=run.pk, worker="approval-pages")
     run.refresh_from_db()
     assert run.status == "completed", run.failure_reason
     assert "getting-started.md" in (docs / "configuration.md").read_text()
@@ -455,7 +455,7 @@ def test_a_wrong_strong_confirmation_is_refused_and_the_right_one_approves(
     assert (docs / "old-faq.md").exists()
     response = decide(client, approval, decision="approve", confirm="docs/old-faq.md")
     assert response.status_code == 302
-    flow.run_execute(run_id=approval.run_id, worker="approval-pages")
+    flow.run_drive(run_id=approval.run_id, worker="approval-pages")
     assert not (docs / "old-faq.md").exists()
 
 
@@ -490,7 +490,7 @@ def test_an_edit_that_applies_is_approved_recorded_and_committed(
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.edited_diff == edited
     assert ApprovalDecision.objects.get(approval=approval).edited_diff == edited
-    flow.run_execute(run_id=run.pk, worker="approval-pages")
+    flow.run_drive(run_id=run.pk, worker="approval-pages")
     run.refresh_from_db()
     assert run.status == "completed", run.failure_reason
     assert (docs / "configuration.md").read_text() == "# Configuration\n\nSee the guide.\n"

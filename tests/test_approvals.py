@@ -48,7 +48,7 @@ def docs(workspace):
 
 
 def drive(run: Run) -> Run:
-    flow.run_execute(run_id=run.pk, worker="test-worker")
+    flow.run_drive(run_id=run.pk, worker="test-worker")
     run.refresh_from_db()
     return run
 

@@ -161,7 +161,7 @@ def api(monkeypatch):
 
 
 def drive(run: Run) -> Run:
-    flow.run_execute(run_id=run.pk, worker="test-worker")
+    flow.run_drive(run_id=run.pk, worker="test-worker")
     run.refresh_from_db()
     return run
 

@@ -68,7 +68,7 @@ def start(demo, personas, request: str) -> Run:
 
 
 def drive(run: Run) -> Run:
-    flow.run_execute(run_id=run.pk, worker="demo-test-worker")
+    flow.run_drive(run_id=run.pk, worker="demo-test-worker")
     run.refresh_from_db()
     return run
 

@@ -11,6 +11,8 @@ from approvals.models import ApprovalRequest
 from approvals.outcomes import AlreadyDecided
 from runs import flow
 from runs.approval_outcomes import approval_decide
+from runs.flow.driver import MAX_CLAIMS
+from runs.flow.harness_calls import path_id
 from runs.models import Message, ModelCall, Run, ToolCall, WriteRecord
 from runs.services import run_answer, run_cancel, run_create, run_rollback
 from runs.tools.rollback import RollbackRefused
@@ -31,7 +33,7 @@ def docs(workspace):
 
 
 def drive(run: Run) -> Run:
-    flow.run_execute(run_id=run.pk, worker="test-worker")
+    flow.run_drive(run_id=run.pk, worker="test-worker")
     run.refresh_from_db()
     return run
 
@@ -312,7 +314,7 @@ def test_cancel_while_a_worker_holds_the_run_stops_it_at_the_next_step(personas,
 
 
 def test_a_run_whose_workers_keep_dying_is_given_up(personas, run, docs):
-    Run.objects.filter(pk=run.pk).update(lease_token=flow.MAX_CLAIMS)
+    Run.objects.filter(pk=run.pk).update(lease_token=MAX_CLAIMS)
     run = drive(run)
     assert run.status == "failed" and "abandoned after" in run.failure_reason
 
@@ -399,7 +401,7 @@ def test_a_harness_call_recorded_without_its_event_gets_it_once_on_resume(person
     run = drive(run)
     approval = ApprovalRequest.objects.get(run=run)
     approval_decide(approval=approval, user=personas.approver, decision="approve")
-    commit_id = f"commit:{flow._path_id('docs/configuration.md')}"
+    commit_id = f"commit:{path_id('docs/configuration.md')}"
     done = ToolCall.objects.create(
         run=run,
         workspace=run.workspace,
@@ -419,8 +421,8 @@ def test_a_harness_call_recorded_without_its_event_gets_it_once_on_resume(person
 
 def test_harness_call_ids_differ_for_long_paths_with_the_same_start():
     long = "docs/" + "x" * 300
-    assert flow._path_id(long + "a.md") != flow._path_id(long + "b.md")
-    assert len(f"commit:{flow._path_id(long)}") <= 200
+    assert path_id(long + "a.md") != path_id(long + "b.md")
+    assert len(f"commit:{path_id(long)}") <= 200
 
 
 def test_a_turn_of_many_tool_calls_runs_only_the_turns_limit(

@@ -67,7 +67,7 @@ def of(samples: Samples, name: str, label: str) -> dict[str, float]:
 
 
 def drive(run: Run) -> Run:
-    flow.run_execute(run_id=run.pk, worker="test-worker")
+    flow.run_drive(run_id=run.pk, worker="test-worker")
     run.refresh_from_db()
     return run
 

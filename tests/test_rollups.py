@@ -295,7 +295,7 @@ def docs(workspace):
 
 
 def _drive(run):
-    flow.run_execute(run_id=run.pk, worker="test-worker")
+    flow.run_drive(run_id=run.pk, worker="test-worker")
     run.refresh_from_db()
     return run
 

@@ -56,7 +56,7 @@ def start(personas, agent, workspace, request: str) -> Run:
 
 
 def drive(run: Run) -> Run:
-    flow.run_execute(run_id=run.pk, worker="test-worker")
+    flow.run_drive(run_id=run.pk, worker="test-worker")
     run.refresh_from_db()
     return run
 

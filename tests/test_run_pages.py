@@ -35,7 +35,7 @@ def new_run(personas, agent, workspace, request=FIX, user=None) -> Run:
         request=request,
         dispatch=False,
     )
-    flow.run_execute(run_id=run.pk, worker="pages-test")
+    flow.run_drive(run_id=run.pk, worker="pages-test")
     run.refresh_from_db()
     return run
 
@@ -106,7 +106,7 @@ def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
     assert ApprovalRequest.objects.get(pk=approval.pk).status == "pending"
     approved = client.post(decide, {"decision": "approve", **back})
     assert (approved.status_code, approved["Location"]) == (302, run_page)
-    flow.run_execute(run_id=run.pk, worker="pages-test")
+    flow.run_drive(run_id=run.pk, worker="pages-test")
     run.refresh_from_db()
     assert run.status == "completed"
     page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()

@@ -1,0 +1,204 @@
+"""Approval (SPEC P3, P5, A3): the commit of a run's drafts waits for a person when the
+policy or the intake says so; and every approval, of a tool call or of a commit, is held
+against what its approvers were shown before the action it allows runs.
+
+The request in force comes from one selector (``approvals.selectors.approval_in_force``);
+whether it still holds is decided here, once, by ``approval_holds``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from approvals.core.fingerprint import fingerprint_changes
+from approvals.core.patch import PatchError, apply_patch
+from approvals.fingerprint import fingerprint_now, fingerprint_recorded, originals_for
+from approvals.models import ApprovalRequest
+from approvals.selectors import approval_in_force
+from policies.core.permissions import Policy, decide_paths
+from policies.models import ToolDefinition
+from policies.permissions import policy_for_agent
+
+from ..approval_outcomes import approval_ask, approval_invalidate
+from ..core import status as run_status
+from ..leases import fenced
+from ..lifecycle import run_transition
+from ..models import Run, ToolCall
+from .checkpoints import (
+    drafts_of,
+    run_complete,
+    run_fail,
+    run_fields_write,
+    step_begin,
+    step_end,
+    username,
+)
+from .driver_state import Driver
+from .outcomes import NEXT, StageOutcome, Waits
+
+
+def approval_stage(driver: Driver, run: Run) -> StageOutcome:
+    """1. No drafts: the run is complete. 2. An approved commit request that still holds:
+    on to Commit; a rejected, expired or cancelled one fails the run. 3. The policy decides
+    each draft's commit; a deny fails the run. 4. Ask a person when a rule or the intake
+    says so, else commit."""
+    paths = drafts_of(run)
+    if not paths:
+        return run_complete(driver.lease, run)
+    policy = policy_for_agent(run.agent)
+    existing = approval_in_force(run_id=run.pk, kind=ApprovalRequest.Kind.COMMIT)
+    approved = existing is not None and existing.status == ApprovalRequest.Status.APPROVED
+    if approved and not approval_holds(driver, run, existing, policy.version, paths=paths):
+        existing = None
+    if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
+        with fenced(driver.lease):
+            step = run.steps.filter(name="approval", status="running").last()
+            if step is not None:
+                step_end(step, output={"approval": str(existing.pk), "decision": "approved"})
+            run_fields_write(run, stage="commit")
+        return NEXT
+    if existing is not None and not existing.is_pending:
+        who = username(existing.decided_by)
+        reason = f"{existing.status} by {who}: {existing.comment or 'no reason given'}"
+        return run_fail(driver.lease, reason)
+    return _commit_asked(driver, run, paths, policy)
+
+
+def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) -> StageOutcome:
+    definition = ToolDefinition.objects.filter(name="commitDraft", enabled=True).first()
+    verdicts = [
+        decide_paths(
+            policy, "commitDraft", definition.permission_level, "filesystem_write", [p], ()
+        )
+        if definition
+        else None
+        for p in paths
+    ]
+    refused = [
+        (p, v) for p, v in zip(paths, verdicts, strict=True) if v is None or v.decision == "deny"
+    ]
+    if refused:
+        path, verdict = refused[0]
+        why = verdict.reason if verdict else "commitDraft is not an enabled tool"
+        return run_fail(driver.lease, f"committing {path} is refused by policy: {why}")
+    asks = [v for v in verdicts if v is not None and v.decision in ("ask", "ask_strong")]
+    strong = [p for p, v in zip(paths, verdicts, strict=True) if v and v.decision == "ask_strong"]
+    intake_approval = (run.task or {}).get("approval") or {}
+    if not asks and not intake_approval.get("required"):
+        with fenced(driver.lease):
+            run_fields_write(run, stage="commit")
+        return NEXT
+    reason = asks[0].reason if asks else intake_approval.get("reason", "")
+    # What the approvers will see, read before the checkpoint's lock.
+    fingerprint = fingerprint_now(
+        run=run,
+        kind=ApprovalRequest.Kind.COMMIT,
+        tool="commitDraft",
+        arguments={"paths": paths},
+        paths=paths,
+        policy_version=policy.version,
+    )
+    with fenced(driver.lease):
+        step = step_begin(run, "approval", {"paths": paths})
+        approval = approval_ask(
+            run=run,
+            fingerprint=fingerprint,
+            tool_use_id=f"commit:{fingerprint.digest[:16]}",
+            paths=paths,
+            summary=f"Commit {len(paths)} file(s): {', '.join(paths)}",
+            rule=(asks[0].rule or "") if asks else "intake",
+            reason=reason,
+            strong_confirmation=bool(strong),
+            confirm_text=strong[0] if strong else "",
+        )
+        run_fields_write(run, waiting_for="approval")
+        step.output = {"approval": str(approval.pk)}
+        step.save(update_fields=["output"])
+        run_transition(
+            run_id=run.pk,
+            to=run_status.WAITING_FOR_APPROVAL,
+            detail={"waiting_for": "approval", "approval": str(approval.pk)},
+        )
+    return Waits("approval")
+
+
+def approval_holds(
+    driver: Driver,
+    run: Run,
+    approval: ApprovalRequest,
+    policy_version: int,
+    *,
+    paths: list[str] | None = None,
+    then: dict[str, Any] | None = None,
+) -> bool:
+    """Whether an approval still allows its action: the files, the arguments, the diff and
+    the policy version are what its approvers were shown (and, given ``paths``, the set of
+    drafts a commit was asked about). One that does not hold is invalidated, saying what
+    changed, so the harness asks again — in the same checkpoint as ``then``, the run's
+    fields that send it back to asking; nothing is written on a stale approval. An approved
+    edit is written into the drafts here, once it is certain the files it was validated
+    against are unchanged."""
+    if paths is not None and approval.paths != paths:
+        changes = ["the set of drafts to commit changed since the request"]
+    else:
+        changes = _changes(run, approval, policy_version)
+    if not changes:
+        return True
+    with fenced(driver.lease):
+        approval_invalidate(approval=approval, changes=changes)
+        if then:
+            run_fields_write(run, **then)
+    return False
+
+
+def _changes(run: Run, approval: ApprovalRequest, policy_version: int) -> list[str]:
+    now = fingerprint_now(
+        run=run,
+        kind=approval.kind,
+        tool=approval.tool,
+        arguments=approval.arguments,
+        paths=approval.paths,
+        policy_version=policy_version,
+    )
+    shown = fingerprint_recorded(approval)
+    changes = fingerprint_changes(shown, now, diff_replaced=bool(approval.edited_diff))
+    if not changes and approval.edited_diff and (problem := _edit_apply(run, approval)):
+        changes = [problem]
+    return changes
+
+
+def _edit_apply(run: Run, approval: ApprovalRequest) -> str:
+    """Write the approver's edited version into the run's drafts, which the commit then
+    writes; returns a problem, or "" (it was validated against these very files)."""
+    drafts = run.workspace.drafts_path / str(run.pk)
+    try:
+        edited = apply_patch(
+            originals_for(run, approval.paths), approval.edited_diff, approval.paths
+        )
+    except PatchError as error:
+        return f"The approved edit no longer applies: {error}"
+    for path, text in edited.items():
+        target = (drafts / path).resolve()
+        if not target.is_relative_to(drafts.resolve()):
+            return f"The edit names {path}, outside the drafts."
+        if text is None:
+            target.unlink(missing_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return ""
+
+
+def edited_note(record: ToolCall, approval: ApprovalRequest) -> None:
+    """The model hears that what ran is not what it asked for (issue 6, A3)."""
+    who = username(approval.decided_by)
+    record.output = {
+        **(record.output or {}),
+        "modified_by_approver": who,
+        "approver_note": (
+            f"{who} edited your change before approving it; what was committed is the "
+            "applied_patch, not your draft."
+        ),
+        "applied_patch": approval.edited_diff[:20_000],
+    }
+    record.save(update_fields=["output"])

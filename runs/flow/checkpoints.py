@@ -1,0 +1,124 @@
+"""The flow's writes (SPEC R7, R9): a stage's fields, its step rows and events, and a run's
+end. Each is written inside :func:`~runs.leases.fenced`, the transaction that commits only
+while the worker still holds the run's lease, so a worker that lost it writes nothing."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.utils import timezone
+
+from ..approval_outcomes import approvals_cancel
+from ..core import status as run_status
+from ..events import run_event_append
+from ..leases import Lease, LeaseLost, fenced
+from ..lifecycle import run_transition, steps_close
+from ..models import Run, Step, ToolCall
+from ..run_hooks import session_end
+from .outcomes import Ended
+
+logger = logging.getLogger(__name__)
+
+
+def run_fields_write(run: Run, **fields: Any) -> None:
+    """Write this flow's own fields only: status changes go through run_transition."""
+    Run.objects.filter(pk=run.pk).update(**fields)
+    for name, value in fields.items():
+        if not hasattr(value, "resolve_expression"):
+            setattr(run, name, value)
+
+
+def step_begin(run: Run, name: str, data: dict[str, Any] | None = None) -> Step:
+    """The stage's step row; a worker resuming a stage finds the one it left running."""
+    last = run.steps.order_by("-index").first()
+    if last is not None and last.name == name and last.status == "running":
+        return last
+    return Step.objects.create(
+        run=run, index=(last.index + 1) if last else 1, name=name, input=data or {}
+    )
+
+
+def step_end(step: Step, status: str = "completed", **fields: Any) -> None:
+    step.status, step.finished_at = status, timezone.now()
+    for name, value in fields.items():
+        setattr(step, name, value)
+    step.save()
+    run_event_append(
+        run_id=step.run_id,
+        type="stage.finished",
+        payload={
+            "stage": step.name,
+            "status": status,
+            "verification": step.verification,
+            "error": step.error,
+        },
+    )
+
+
+def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended:
+    """The run fails and says why; no request stays pending, no stage running."""
+    try:
+        with fenced(lease):
+            run = Run.objects.get(pk=lease.run_id)
+            if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
+                return Ended("failed")
+            approvals_cancel(run_id=run.pk, reason=reason)
+            run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
+            steps_close(run_id=run.pk, status="cancelled" if cancelled else "failed")
+            if cancelled:
+                run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
+    except LeaseLost:
+        logger.warning("Could not fail run %s: its lease is gone.", lease.run_id)
+        return Ended("failed")
+    session_ended(lease.run_id, "failed", reason)
+    return Ended("failed")
+
+
+def run_complete(lease: Lease, run: Run) -> Ended:
+    with fenced(lease):
+        run_fields_write(run, stage="done", waiting_for="")
+        run_transition(run_id=run.pk, to=run_status.COMPLETED)
+    session_ended(run.pk, "completed", "")
+    return Ended("completed")
+
+
+def session_ended(run_id: Any, outcome: str, reason: str) -> None:
+    """Outside any transaction: a webhook must not hold the database while it posts."""
+    run = Run.objects.select_related("agent", "workspace").get(pk=run_id)
+    if (run.loop or {}).get("state"):  # the session started
+        session_end(run, outcome=outcome, reason=reason)
+
+
+def username(user: Any) -> str:
+    return user.get_username() if user is not None else "someone"
+
+
+def tool_event(record: ToolCall) -> dict[str, Any]:
+    """A tool call as the run's timeline shows it (``tool.call``)."""
+    return {
+        "tool_call": str(record.pk),
+        "tool_use_id": record.tool_use_id,
+        "tool": record.tool,
+        "path": record.path,
+        "decision": record.decision,
+        "rule": record.rule,
+        "reason": record.reason[:1000],
+        "status": record.status,
+        "summary": str((record.output or {}).get("summary", ""))[:1000],
+        "error": record.error[:1000],
+        "approved_by": username(record.approved_by) if record.approved_by_id else "",
+        "writes": len(written)
+        if (written := getattr(record, "written_paths", None)) is not None
+        else record.writes.count(),
+    }
+
+
+def drafts_of(run: Run) -> list[str]:
+    """The run's drafts, relative paths, sorted; links are never drafts."""
+    folder = run.workspace.drafts_path / str(run.pk)
+    if not folder.is_dir():
+        return []
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+    )

@@ -1,0 +1,55 @@
+"""Commit (SPEC T5, R8): each draft is written to the workspace by commitDraft, under the
+approval that allowed it (held against what its approvers saw first), each with its write
+record; then the run is complete."""
+
+from __future__ import annotations
+
+from approvals.models import ApprovalRequest
+from approvals.selectors import approval_in_force
+from policies.permissions import policy_for_agent
+
+from ..leases import fenced
+from ..models import Run, ToolCall
+from .approval import approval_holds, edited_note
+from .checkpoints import drafts_of, run_complete, run_fail, step_begin, step_end
+from .driver_state import Driver
+from .harness_calls import harness_call, path_id
+from .outcomes import NEXT, StageOutcome
+
+
+def commit_stage(driver: Driver, run: Run) -> StageOutcome:
+    approval = approval_in_force(run_id=run.pk, kind=ApprovalRequest.Kind.COMMIT)
+    if approval is not None and approval.status != ApprovalRequest.Status.APPROVED:
+        approval = None
+    paths = list(approval.paths) if approval else drafts_of(run)
+    started = ToolCall.objects.filter(run=run, tool_use_id__startswith="commit:").exists()
+    # The files, the drafts or the policy changed since the person saw them: ask again.
+    version = policy_for_agent(run.agent).version
+    if (
+        approval is not None
+        and not started
+        and not approval_holds(driver, run, approval, version, then={"stage": "approval"})
+    ):
+        return NEXT
+    with fenced(driver.lease):
+        step = step_begin(run, "commit", {"paths": paths})
+    committed = []
+    for path in paths:
+        record = harness_call(
+            driver,
+            run,
+            "commitDraft",
+            {"path": path},
+            f"commit:{path_id(path)}",
+            approved_by=approval.decided_by if approval else None,
+        )
+        if record.status != "ok":
+            with fenced(driver.lease):
+                step_end(step, status="failed", error=record.error)
+            return run_fail(driver.lease, f"committing {path} failed: {record.error}")
+        if approval is not None and approval.edited_diff and "approver_note" not in record.output:
+            edited_note(record, approval)
+        committed.append(path)
+    with fenced(driver.lease):
+        step_end(step, output={"committed": committed}, output_artifacts=committed)
+    return run_complete(driver.lease, run)

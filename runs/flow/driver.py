@@ -1,0 +1,88 @@
+"""Driving a run (SPEC R4, R9): claim its lease, keep it alive with a heartbeat, and call
+the stage the run is in until it waits for a person or ends. Each stage checkpoints its own
+work and answers :class:`~runs.flow.outcomes.Next`, ``Waits`` or ``Ended``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..core import status as run_status
+from ..leases import CLAIMABLE, Heartbeat, LeaseLost, fenced, lease_claim, lease_release
+from ..lifecycle import run_transition
+from ..models import Run
+from ..services import cancel_if_requested
+from .approval import approval_stage
+from .checkpoints import run_fail, username
+from .commit import commit_stage
+from .driver_state import Driver
+from .intake import intake_stage
+from .outcomes import NEXT, Ended, Next, StageOutcome
+from .synthesize import synthesize_stage
+from .verify import verify_stage
+
+logger = logging.getLogger(__name__)
+
+MAX_UNITS_PER_CLAIM = 10_000  # a guard against a bug looping forever, far above max_turns
+MAX_CLAIMS = 100
+
+Stage = Callable[[Driver, Run], StageOutcome]
+STAGES: dict[str, Stage] = {
+    "intake": intake_stage,
+    "synthesize": synthesize_stage,
+    "verify": verify_stage,
+    "approval": approval_stage,
+    "commit": commit_stage,
+}
+
+
+def run_drive(*, run_id: Any, worker: str) -> None:
+    """Claim the run and drive it until it waits for a person or ends.
+
+    1. Claim the lease (one conditional update); a run held, waiting or ended is left.
+    2. A run claimed too often kills its workers (say, out of memory): it fails.
+    3. Under a heartbeat, advance stage by stage; a lost lease stops without writing, a
+       harness bug fails the run saying why, and nothing recorded is lost.
+    4. Release the lease; a cancel that arrived during a wait takes effect now.
+    """
+    lease = lease_claim(run_id=run_id, worker=worker)
+    if lease is None:
+        logger.info("Run %s is not claimable (held, waiting or ended).", run_id)
+        return
+    if lease.token > MAX_CLAIMS:
+        run_fail(lease, f"abandoned after {MAX_CLAIMS} claims: its workers keep stopping")
+        lease_release(lease)
+        return
+    try:
+        with Heartbeat(lease) as beat:
+            driver = Driver(lease=lease, beat=beat)
+            for _ in range(MAX_UNITS_PER_CLAIM):
+                if not isinstance(_advance(driver), Next):
+                    break
+    except LeaseLost as error:
+        logger.warning("Stopping: %s", error)
+    except Exception as error:  # a harness bug: the run fails and says why, nothing is lost
+        logger.exception("Run %s failed in the harness", run_id)
+        run_fail(lease, f"internal error in the harness: {type(error).__name__}: {error}"[:2000])
+    finally:
+        lease_release(lease)
+        cancel_if_requested(run_id=run_id)
+
+
+def _advance(driver: Driver) -> StageOutcome:
+    if driver.beat.lost:
+        raise LeaseLost(f"The lease of run {driver.lease.run_id} expired.")
+    run = Run.objects.select_related("agent", "workspace", "requester").get(pk=driver.lease.run_id)
+    if run.status not in CLAIMABLE:
+        return Ended("failed" if run.status == run_status.FAILED else "completed")
+    if run.cancel_requested_at is not None:
+        who = username(run.cancel_requested_by)
+        return run_fail(driver.lease, f"cancelled by {who}", cancelled=True)
+    if run.status == run_status.CREATED:
+        with fenced(driver.lease):
+            run_transition(
+                run_id=run.pk, to=run_status.PLANNING, detail={"worker": driver.lease.worker}
+            )
+        return NEXT
+    return STAGES[run.stage or "intake"](driver, run)

@@ -1,0 +1,269 @@
+"""Synthesize (SPEC R5, R10, R11): the model loop. Each model turn is one checkpoint — the
+model call with its usage and cost (unique per turn), the assistant message, the loop's
+next state, the events — and each tool call another (``tool_step.py``). The loop's state
+machine is ``runs.core.loop``; this module drives it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from policies.context import context_build
+from policies.core.tool_specs import BUILTIN_TOOLS
+from policies.permissions import policy_for_agent
+
+from ..conversation import message_append, messages_for_api
+from ..core import loop
+from ..core import status as run_status
+from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
+from ..core.model_turns import OFFLINE_REPLAY, ModelError, ModelTurn, Usage
+from ..events import run_event_append
+from ..leases import fenced
+from ..lifecycle import run_transition
+from ..model_clients import model_for_run, system_blocks
+from ..models import ModelCall, Run, Step
+from ..observability import telemetry
+from ..observability.core.cost import Tokens, run_basis
+from ..observability.pricing import CallCost, call_cost
+from ..run_hooks import session_start
+from ..tools.registry import tool_definitions_for
+from .checkpoints import drafts_of, run_fail, run_fields_write, step_begin, step_end
+from .driver_state import Driver
+from .intake import task_text
+from .outcomes import NEXT, StageOutcome
+from .tool_step import tool_decided, tool_step
+
+STABLE_LAYERS = frozenset({"identity", "instruction_files", "project_context", "business_rules"})
+
+
+def synthesize_stage(driver: Driver, run: Run) -> StageOutcome:
+    data = dict(run.loop or {})
+    if "state" not in data:
+        return _session_start(driver, run)
+    state = loop.state_from_json(data["state"])
+    if not driver.rows:
+        driver.rows = list(run.messages.order_by("index"))
+    if state.phase == loop.REQUEST:
+        action = _model_turn(driver, run, state, data)
+    elif state.phase == loop.TOOL_EXEC:
+        action = tool_step(driver, run, state, data)
+    elif state.phase == loop.WAITING:
+        action = tool_decided(driver, run, state, data)
+    else:
+        raise loop.InvalidLoopEvent(f"The loop is in {state.phase} inside Synthesize.")
+    if isinstance(action, loop.FinalOutput):
+        return _loop_ended(driver, run, action)
+    return action
+
+
+def _session_start(driver: Driver, run: Run) -> StageOutcome:
+    """The session_start hooks, then the loop's first state and the task's message."""
+    halted = session_start(run)
+    if halted is not None:
+        return run_fail(driver.lease, f"halted by the {halted.handler} hook: {halted.reason}")
+    state, _ = loop.start(run.agent.max_turns)
+    with fenced(driver.lease):
+        step = step_begin(run, "synthesize", {"max_turns": run.agent.max_turns})
+        data = {"state": loop.state_to_json(state), "step": step.pk, "verify_rounds": 0}
+        run_fields_write(run, loop=data)
+        message_append(run=run, role="user", kind="task", content=task_text(run))
+    return NEXT
+
+
+def _prompt(driver: Driver, run: Run) -> None:
+    """The system prompt and the tools, once per claim: the stable layers in the block
+    marked for prompt caching, the rest after it; only tools the task may use."""
+    if driver.system is not None:
+        return
+    built = context_build(agent=run.agent, workspace=run.workspace, task=task_text(run))
+    layers = built.assembly.layers
+    stable = "\n\n".join(
+        layer.text for layer in layers if layer.name in STABLE_LAYERS and layer.text
+    )
+    variable = "\n\n".join(
+        layer.text
+        for layer in layers
+        if layer.name not in STABLE_LAYERS and layer.name != "task_state" and layer.text
+    )
+    driver.system = system_blocks(stable, variable)
+    policy = policy_for_agent(run.agent)
+    allowed = set(((run.task or {}).get("boundaries") or {}).get("tools") or ())
+    driver.tools = [
+        t
+        for t in tool_definitions_for(policy)
+        if t["name"] not in BUILTIN_TOOLS or t["name"] in allowed
+    ]
+
+
+def _usage_counted(
+    reply: Any, system: list[dict[str, Any]], messages: list[dict[str, Any]]
+) -> Usage:
+    """The provider's usage report, or (when it sent none) the tokens counted here, marked
+    as not reported so that their cost is shown as an estimate."""
+    if reply.usage.reported:
+        return reply.usage
+    prompt = sum(estimate_tokens(m) for m in messages)
+    prompt += estimate_tokens({"role": "user", "content": system}) if system else 0
+    answer = estimate_tokens({"role": "assistant", "content": list(reply.content)})
+    return Usage(input_tokens=prompt, output_tokens=answer, reported=False)
+
+
+def _model_turn(
+    driver: Driver, run: Run, state: loop.LoopState, data: dict[str, Any]
+) -> StageOutcome | loop.FinalOutput:
+    """1. Build the prompt once per claim; 2. compact the conversation (R10); 3. call the
+    model under its timeout; 4. price and checkpoint the turn; 5. the loop's next step."""
+    _prompt(driver, run)
+    if driver.model is None:
+        try:
+            driver.model = model_for_run(run, position=run.model_calls.count())
+        except ModelError as error:
+            return run_fail(driver.lease, str(error))
+    agent = run.agent
+    compacted = compact(
+        messages_for_api(driver.rows),
+        Thresholds(
+            whole_tokens=agent.compaction_whole_tokens,
+            summary_tokens=agent.compaction_summary_tokens,
+            keep_recent_turns=agent.compaction_keep_turns,
+        ),
+    )
+    span = telemetry.chat_started(
+        run, model=driver.model, step_id=data.get("step"), turn=state.turn
+    )
+    started = time.monotonic()
+    try:
+        reply = driver.model.complete(
+            system=driver.system or [], messages=compacted.messages, tools=driver.tools or []
+        )
+    except ModelError as error:
+        telemetry.chat_failed(span, error)
+        return run_fail(driver.lease, f"model call failed: {error}")
+    latency = int((time.monotonic() - started) * 1000)
+    new_state, action = loop.step(
+        state, loop.ModelReplied(reply.stop_reason, tuple(u.id for u in reply.tool_uses))
+    )
+    usage = _usage_counted(reply, driver.system or [], compacted.messages)
+    priced = call_cost(
+        model=reply.model,
+        tokens=Tokens(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ),
+        reported=usage.reported,
+        at=timezone.now(),
+        replayed=reply.label == OFFLINE_REPLAY,
+    )
+    turn = _Turn(state, new_state, reply, usage, priced, compacted, latency)
+    _turn_checkpoint(driver, run, data, turn)
+    telemetry.chat_ended(span, reply=reply, usage=usage, priced=priced)
+    return action if isinstance(action, loop.FinalOutput) else NEXT
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One model turn's results, carried from the call to its checkpoint."""
+
+    state: loop.LoopState
+    new_state: loop.LoopState
+    reply: ModelTurn
+    usage: Usage
+    priced: CallCost
+    compacted: Compacted
+    latency: int
+
+
+def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn) -> None:
+    """The model call, its assistant message, the run's usage and cost, the loop's next
+    state and the events, in one fenced transaction: a turn is recorded once or not."""
+    reply, usage, priced, compacted = turn.reply, turn.usage, turn.priced, turn.compacted
+    with fenced(driver.lease):
+        ModelCall.objects.create(
+            run=run,
+            turn=turn.state.turn,
+            label=reply.label,
+            model=reply.model,
+            request_id=reply.request_id[:200],
+            stop_reason=reply.stop_reason[:32],
+            text=reply.text,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+            latency_ms=turn.latency,
+            cost_usd=priced.cost_usd,
+            cost_basis=priced.basis,
+            price_id=priced.price_id,
+        )
+        row = message_append(
+            run=run,
+            after=driver.rows,
+            role="assistant",
+            kind="assistant",
+            content=list(reply.content) or [{"type": "text", "text": reply.text or "(empty)"}],
+            turn=turn.state.turn,
+        )
+        fields: dict[str, Any] = {
+            "loop": {**data, "state": loop.state_to_json(turn.new_state)},
+            "input_tokens": F("input_tokens") + usage.input_tokens,
+            "output_tokens": F("output_tokens") + usage.output_tokens,
+            "cache_creation_input_tokens": F("cache_creation_input_tokens")
+            + usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": F("cache_read_input_tokens") + usage.cache_read_input_tokens,
+            "cost_usd": F("cost_usd") + (priced.cost_usd or 0),
+        }
+        if (basis := run_basis(run.cost_basis, priced.basis)) != run.cost_basis:
+            fields["cost_basis"] = basis
+        if compacted.tier > 1 and compacted.to_json() != run.compaction:
+            fields["compaction"] = compacted.to_json()
+            run_event_append(run_id=run.pk, type="compaction", payload=compacted.to_json())
+        run_fields_write(run, **fields)
+        run_event_append(run_id=run.pk, type="model.turn", payload=_turn_event(turn))
+    driver.rows.append(row)
+
+
+def _turn_event(turn: _Turn) -> dict[str, Any]:
+    reply, usage, priced = turn.reply, turn.usage, turn.priced
+    return {
+        "turn": turn.state.turn,
+        "max_turns": turn.state.max_turns,
+        "label": reply.label,
+        "model": reply.model,
+        "stop_reason": reply.stop_reason,
+        "text": reply.text[:4000],
+        "tool_uses": [{"id": u.id, "name": u.name} for u in reply.tool_uses],
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+        },
+        "cost_usd": None if priced.cost_usd is None else str(priced.cost_usd),
+        "cost_basis": priced.basis,
+        "latency_ms": turn.latency,
+        "compaction_tier": turn.compacted.tier,
+    }
+
+
+def _loop_ended(driver: Driver, run: Run, action: loop.FinalOutput) -> StageOutcome:
+    """The model is done: the loop's outcome, then on to Verify."""
+    if action.outcome == "failed":
+        return run_fail(driver.lease, action.reason)
+    with fenced(driver.lease):
+        step = Step.objects.filter(pk=(run.loop or {}).get("step")).first()
+        if step is not None and step.status == "running":
+            step_end(
+                step,
+                output={"turns": run.model_calls.count(), "outcome": action.reason},
+                input_artifacts=["structured_task"],
+                output_artifacts=[f"draft:{path}" for path in drafts_of(run)],
+            )
+        run_fields_write(run, stage="verify")
+        run_transition(run_id=run.pk, to=run_status.VERIFYING)
+    return NEXT
