@@ -196,7 +196,6 @@ def queue_fixtures(fx: dict[str, Any], pending: int, decided: int, runs: int) ->
             requester=requesters[i % len(requesters)],
             request=f"Fix the broken links of section {i} of the documentation",
             status=run_status.WAITING_FOR_APPROVAL,
-            waiting_for="approval",
             stage="loop",
         )
         for i in range(runs)

@@ -118,7 +118,6 @@ def live_work(fx: dict) -> None:
             requester=fx["operator"],
             request="Fix the broken links in the guide.",
             status="waiting_for_approval",
-            waiting_for="approval",
         )
         ApprovalRequest.objects.create(
             run=run, kind="commit", tool_use_id="commit", summary="Commit docs/guide.md"

@@ -409,16 +409,10 @@ def _start(prepared: Prepared, *, model: str, user: Any) -> None:
 
 
 # --- judging a case --------------------------------------------------------------------------
-def _status(run: Run) -> str:
-    if run.status == run_status.WAITING_FOR_APPROVAL and run.waiting_for == "answer":
-        return "waiting_for_answer"
-    return run.status
-
-
 def _settled(run: Run) -> bool:
     if run.status in SETTLED:
         return True
-    return run.status == run_status.WAITING_FOR_APPROVAL and not run.lease_owner
+    return run.status in run_status.WAITING and not run.lease_owner
 
 
 def _shown_to_model(run: Run) -> list[str]:
@@ -458,7 +452,7 @@ def outcome_collect(prepared: Prepared, policies_before: dict[str, int]) -> Outc
     ]
     policies_after = dict(Policy.objects.values_list("name", "version"))
     return Outcome(
-        status=_status(run),
+        status=run.status,
         failure_reason=run.failure_reason,
         tool_calls=tuple(
             ToolCallSeen(
@@ -658,7 +652,7 @@ def _await(prepared: list[Prepared], case_timeout: float, claim_timeout: float) 
     claimed = False
     while waiting:
         rows = Run.objects.filter(pk__in=list(waiting)).only(
-            "pk", "status", "waiting_for", "lease_owner", "lease_token"
+            "pk", "status", "lease_owner", "lease_token"
         )
         for run in rows:
             claimed = claimed or run.lease_token > 0

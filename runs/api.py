@@ -115,6 +115,7 @@ class RunSerializer(serializers.ModelSerializer):
     workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
     missing_parameters = serializers.SerializerMethodField()
+    waiting_for = serializers.CharField(read_only=True)  # "answer", "approval" or ""
     model = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()

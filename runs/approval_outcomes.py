@@ -126,10 +126,8 @@ def _resume(run: Run, outcome: Approved | Rejected) -> None:
             reason = f"rejected by {outcome.by.get_username()}: {approval.comment}"
             run_fail_idle(run_id=run.pk, reason=reason, steps="rejected")
             return
-        Run.objects.filter(pk=run.pk).update(waiting_for="")
         run_transition(run_id=run.pk, to=run_status.VERIFYING, detail={"approval": "approved"})
     else:
-        Run.objects.filter(pk=run.pk).update(waiting_for="")
         run_transition(run_id=run.pk, to=run_status.RUNNING, detail={"approval": approval.status})
     transaction.on_commit(partial(run_dispatch, run_id=run.pk))
 

@@ -81,7 +81,6 @@ def run_fail_idle(*, run_id: Any, reason: str, steps: str) -> None:
     """Fail a run no worker holds (cancelled or its commit rejected while it waited, its
     approval expired): no stage left running, and once committed the session_end hooks
     are told from a worker. Inside the caller's transaction, the run's row locked."""
-    Run.objects.filter(pk=run_id).update(waiting_for="")
     run_transition(run_id=run_id, to=run_status.FAILED, failure_reason=reason)
     steps_close(run_id=run_id, status=steps)
     transaction.on_commit(

@@ -13,6 +13,8 @@ from policies.models import Agent, Workspace
 
 from .core import status as run_status
 
+WAITING_FOR = {run_status.WAITING_FOR_ANSWER: "answer", run_status.WAITING_FOR_APPROVAL: "approval"}
+
 
 class Run(models.Model):
     """One request handed to an agent, from creation to its final state (SPEC R6, R7)."""
@@ -43,7 +45,6 @@ class Run(models.Model):
     # Where the fixed flow is (SPEC R4) and the loop's checkpointed state (R5, R9).
     stage = models.CharField(max_length=32, blank=True, default="intake")
     loop = models.JSONField(default=dict, blank=True)
-    waiting_for = models.CharField(max_length=16, blank=True)  # "", "answer", "approval"
     verification = models.JSONField(default=dict, blank=True)
     compaction = models.JSONField(default=dict, blank=True)
     # The lease (R9): a worker owns the run while lease_expires_at is in the future; every
@@ -90,6 +91,11 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.slug} run {self.id}"
+
+    @property
+    def waiting_for(self) -> str:
+        """Who the run waits for: "answer" (its requester), "approval" (an approver), or ""."""
+        return WAITING_FOR.get(self.status, "")
 
     @property
     def is_terminal(self) -> bool:
@@ -242,6 +248,9 @@ class ToolCall(models.Model):
         ("ok", "ok"),
         ("error", "error"),
         ("timeout", "timed out"),
+        # The policy asks a person: the record handed back to the loop, which asks one; it
+        # is never stored with this status (the decision's record is, refused or run).
+        ("ask", "asks a person"),
     ]
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

@@ -147,7 +147,7 @@ def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
         clean[str(name)[:64]] = value.strip()
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
-        if run.status != run_status.WAITING_FOR_APPROVAL or run.waiting_for != "answer":
+        if run.status != run_status.WAITING_FOR_ANSWER:
             raise ValidationError({"answers": "This run is not waiting for an answer."})
         asked = {m["name"] for m in (run.task or {}).get("missing", [])}
         unknown = sorted(set(clean) - asked)
@@ -167,7 +167,7 @@ def run_answer(*, run: Run, user: Any, answers: dict[str, str]) -> Run:
                 {"answers": " ".join(f"{name}: {q}" for name, q in still.items())}
             )
         data = task.to_json()
-        Run.objects.filter(pk=run.pk).update(task=data, risk=task.risk.level, waiting_for="")
+        Run.objects.filter(pk=run.pk).update(task=data, risk=task.risk.level)
         run_event_append(
             run_id=run.pk,
             type="intake.answered",
@@ -195,7 +195,7 @@ def run_cancel(*, run: Run, user: Any) -> Run:
             run_event_append(
                 run_id=run.pk, type="run.cancel_requested", payload={"by": user.get_username()}
             )
-        idle = run.status == run_status.WAITING_FOR_APPROVAL or not (
+        idle = run.status in run_status.WAITING or not (
             run.lease_expires_at and run.lease_expires_at > now
         )
         if idle:
@@ -209,11 +209,7 @@ def cancel_if_requested(*, run_id: Any) -> None:
     worker could not act on because its last step was a wait, takes effect now."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if (
-            run is None
-            or run.cancel_requested_at is None
-            or run.status != run_status.WAITING_FOR_APPROVAL
-        ):
+        if run is None or run.cancel_requested_at is None or run.status not in run_status.WAITING:
             return
         who = run.cancel_requested_by.get_username() if run.cancel_requested_by else "someone"
         _cancelled(run, f"cancelled by {who}")

@@ -602,6 +602,7 @@ def test_the_ops_dashboard_counts_runs_per_state_with_zero_rows(client, personas
     for status, count in (
         ("created", 1),
         ("planning", 0),
+        ("waiting_for_answer", 0),
         ("running", 1),
         ("waiting_for_approval", 0),
         ("verifying", 0),
@@ -614,8 +615,8 @@ def test_the_ops_dashboard_counts_runs_per_state_with_zero_rows(client, personas
     assert '<dd id="ops-hour-error-rate">100.0 %</dd>' in page
     assert 'id="ops-updated"' in page
     chart = figures(page)["ops-states"]["data"][0]
-    assert chart["y"] == [1, 0, 1, 0, 0]
-    assert chart["customdata"][2] == "/runs/?status=running"
+    assert chart["y"] == [1, 0, 0, 1, 0, 0]
+    assert chart["customdata"][3] == "/runs/?status=running"
 
 
 def test_a_stuck_run_appears_with_the_threshold(client, personas, agent, workspace):

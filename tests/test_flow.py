@@ -183,7 +183,7 @@ def test_a_missing_parameter_stops_the_run_and_the_answer_resumes_it(personas, a
     )
     assert [m["name"] for m in run.task["missing"]] == ["path"]
     run = drive(run)
-    assert run.status == "waiting_for_approval" and run.waiting_for == "answer"
+    assert run.status == "waiting_for_answer" and run.waiting_for == "answer"
     assert "intake.question" in types(run)
     with pytest.raises(ValidationError):
         run_answer(run=run, user=personas.operator, answers={"path": "../../etc/passwd"})

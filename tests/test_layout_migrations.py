@@ -93,3 +93,28 @@ def test_deciding_approvals_stays_with_the_approvers_who_held_it(personas):
     assert Group.objects.get(name="approver").permissions.filter(pk=moved.pk).exists()
     fresh = type(personas.approver).objects.get(pk=personas.approver.pk)
     assert fresh.has_perm("approvals.decide_approval")
+
+
+def test_a_run_waiting_for_its_requester_gets_its_own_status(run):
+    call_command("migrate", "runs", "0020", verbosity=0)
+    try:
+        old = MigrationExecutor(connection).loader.project_state(
+            [("runs", "0020_decide_approval_moves")]
+        )
+        Run = old.apps.get_model("runs", "Run")
+        Run.objects.filter(pk=run.pk).update(status="waiting_for_approval", waiting_for="answer")
+        other = Run.objects.create(
+            agent_id=run.agent_id,
+            workspace_id=run.workspace_id,
+            requester_id=run.requester_id,
+            request="x",
+            status="waiting_for_approval",
+            waiting_for="approval",
+        )
+    finally:
+        call_command("migrate", verbosity=0)
+    from runs.models import Run as Current
+
+    assert Current.objects.get(pk=run.pk).status == "waiting_for_answer"
+    assert Current.objects.get(pk=other.pk).status == "waiting_for_approval"
+    assert Current.objects.get(pk=run.pk).waiting_for == "answer"

@@ -1,8 +1,10 @@
 """The run lifecycle of SPEC R6 as a pure transition table.
 
 ``created → planning → running → waiting_for_approval → verifying → completed | failed |
-rolled_back``. Every change of a run's status goes through :func:`check_transition`, so a
-skipped or backwards step is an error, never a silent overwrite.
+rolled_back``, and ``planning → waiting_for_answer → planning`` while the intake waits for
+the requester's answer (SPEC R3). Every change of a run's status goes through
+:func:`check_transition`, so a skipped or backwards step is an error, never a silent
+overwrite.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Final, Literal
 RunStatus = Literal[
     "created",
     "planning",
+    "waiting_for_answer",
     "running",
     "waiting_for_approval",
     "verifying",
@@ -22,6 +25,7 @@ RunStatus = Literal[
 
 CREATED: Final = "created"
 PLANNING: Final = "planning"
+WAITING_FOR_ANSWER: Final = "waiting_for_answer"
 RUNNING: Final = "running"
 WAITING_FOR_APPROVAL: Final = "waiting_for_approval"
 VERIFYING: Final = "verifying"
@@ -32,6 +36,7 @@ ROLLED_BACK: Final = "rolled_back"
 STATUSES: Final[tuple[RunStatus, ...]] = (
     CREATED,
     PLANNING,
+    WAITING_FOR_ANSWER,
     RUNNING,
     WAITING_FOR_APPROVAL,
     VERIFYING,
@@ -41,13 +46,15 @@ STATUSES: Final[tuple[RunStatus, ...]] = (
 )
 
 # Any live state may fail (a crash, an expired approval, a refused intake); only a completed
-# run can be rolled back; a run waits for a human from planning (missing parameters, R3) or
-# from running (a tool call that asks), and a decision sends it back to where it was.
+# run can be rolled back; a run waits for its requester from planning (missing parameters,
+# R3; the answer resumes the intake) and for an approver from running or verifying (a tool
+# call or a commit that asks), and a decision sends it back to where it was.
 TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
     CREATED: frozenset({PLANNING, FAILED}),
-    PLANNING: frozenset({RUNNING, WAITING_FOR_APPROVAL, FAILED}),
+    PLANNING: frozenset({RUNNING, WAITING_FOR_ANSWER, FAILED}),
+    WAITING_FOR_ANSWER: frozenset({PLANNING, FAILED}),
     RUNNING: frozenset({WAITING_FOR_APPROVAL, VERIFYING, FAILED}),
-    WAITING_FOR_APPROVAL: frozenset({PLANNING, RUNNING, VERIFYING, FAILED}),
+    WAITING_FOR_APPROVAL: frozenset({RUNNING, VERIFYING, FAILED}),
     VERIFYING: frozenset({RUNNING, WAITING_FOR_APPROVAL, COMPLETED, FAILED}),
     COMPLETED: frozenset({ROLLED_BACK}),
     FAILED: frozenset(),
@@ -55,6 +62,7 @@ TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
 }
 
 TERMINAL: Final[frozenset[RunStatus]] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+WAITING: Final[frozenset[RunStatus]] = frozenset({WAITING_FOR_ANSWER, WAITING_FOR_APPROVAL})
 ACTIVE: Final[frozenset[RunStatus]] = frozenset(set(STATUSES) - {COMPLETED, FAILED, ROLLED_BACK})
 
 

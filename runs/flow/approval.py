@@ -111,7 +111,6 @@ def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) ->
             strong_confirmation=bool(strong),
             confirm_text=strong[0] if strong else "",
         )
-        run_fields_write(run, waiting_for="approval")
         step.output = {"approval": str(approval.pk)}
         step.save(update_fields=["output"])
         run_transition(

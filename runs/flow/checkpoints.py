@@ -77,7 +77,7 @@ def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended:
 
 def run_complete(lease: Lease, run: Run) -> Ended:
     with fenced(lease):
-        run_fields_write(run, stage="done", waiting_for="")
+        run_fields_write(run, stage="done")
         run_transition(run_id=run.pk, to=run_status.COMPLETED)
     session_ended(run.pk, "completed", "")
     return Ended("completed")

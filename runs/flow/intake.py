@@ -41,11 +41,8 @@ def intake_stage(driver: Driver, run: Run) -> StageOutcome:
         run_fields_write(run, task=data, risk=task.risk.level)
         run_event_append(run_id=run.pk, type="task.structured", payload=_task_summary(task))
         if not task.ready:
-            run_fields_write(run, waiting_for="answer")
             run_transition(
-                run_id=run.pk,
-                to=run_status.WAITING_FOR_APPROVAL,
-                detail={"waiting_for": "answer"},
+                run_id=run.pk, to=run_status.WAITING_FOR_ANSWER, detail={"waiting_for": "answer"}
             )
             questions = [
                 {"name": m.name, "question": m.question, "why": m.why} for m in task.missing

@@ -192,9 +192,7 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
             reason=record.reason,
             strong_confirmation=record.decision == "ask_strong" or tool in STRONG_CONFIRMATION,
         )
-        run_fields_write(
-            run, loop={**data, "state": loop.state_to_json(new_state)}, waiting_for="approval"
-        )
+        run_fields_write(run, loop={**data, "state": loop.state_to_json(new_state)})
         run_transition(
             run_id=run.pk,
             to=run_status.WAITING_FOR_APPROVAL,

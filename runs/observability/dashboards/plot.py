@@ -21,6 +21,7 @@ OUTCOME_LABELS = {"completed": "Completed", "failed": "Failed", "rolled_back": "
 STATE_COLORS = {
     "created": "#98a2b3",
     "planning": "#53b1fd",
+    "waiting_for_answer": "#fdb022",
     "running": "#2a5bd7",
     "waiting_for_approval": "#f79009",
     "verifying": "#7a5af8",
