@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runs.models import ToolCall
+
 from .core.permissions import Call, Policy, decide
 from .models import ToolDefinition
 
@@ -33,7 +35,6 @@ def policy_edit_effect(
     grants are left out, so the difference is the edit's alone. Calls refused before any
     decision (bad input, escaping paths) are not looked at.
     """
-    from runs.models import ToolCall
 
     calls = list(
         ToolCall.objects.filter(policy_name=edited.name)

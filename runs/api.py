@@ -22,7 +22,7 @@ from harness_console.web.api import service_call
 from policies.models import Agent, Workspace
 
 from .core import status as run_status
-from .models import ModelCall, Run, RunEvent, Step, ToolCall
+from .models import Artifact, ModelCall, Run, RunEvent, Step, ToolCall, WriteRecord
 from .selectors import BadAfter, parse_after
 from .services import run_answer, run_cancel, run_create, run_rollback
 from .tools.rollback import RollbackRefused
@@ -195,7 +195,6 @@ class RunDetailSerializer(RunSerializer):
         return ToolCallSerializer(calls, many=True).data
 
     def get_artifacts(self, run: Run) -> list[dict[str, Any]]:
-        from .models import Artifact
 
         return [
             {"id": str(a.pk), "kind": a.kind, "size": a.size, "sha256": a.sha256}
@@ -203,7 +202,6 @@ class RunDetailSerializer(RunSerializer):
         ]
 
     def get_rollback(self, run: Run) -> list[dict[str, Any]]:
-        from .models import WriteRecord
 
         return [
             {

@@ -17,9 +17,13 @@ from urllib.parse import urlencode
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from approvals.models import ApprovalRequest
+from policies.models import Agent, Workspace
+
 from .core import status as run_status
 from .core.failures import LABELS as FAILURE_LABELS
 from .core.failures import OTHER
+from .models import ModelCall, ToolCall
 from .observability.core import rollup
 from .observability.rollups import day_bounds
 
@@ -115,8 +119,6 @@ def _known(filters: Mapping[str, str]) -> None:
     not an empty result (as the retrospective says too)."""
     from django.contrib.auth import get_user_model
 
-    from policies.models import Agent, Workspace
-
     for name, rows, field in (
         ("agent", Agent.objects, "slug"),
         ("workspace", Workspace.objects, "slug"),
@@ -130,9 +132,6 @@ def _known(filters: Mapping[str, str]) -> None:
 def runs_filtered(runs: QuerySet, filters: Mapping[str, str]) -> QuerySet:
     """``runs`` narrowed by checked ``filters``. Child rows are matched with EXISTS, so a
     run with three calls of a model is listed (and counted) once."""
-    from approvals.models import ApprovalRequest
-
-    from .models import ModelCall, ToolCall
 
     days = run_filters_check(filters)
     exact = {"status": "status", "agent": "agent__slug", "workspace": "workspace__slug"}

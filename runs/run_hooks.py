@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.hooks import HooksHalted, HooksOutcome, hook_bindings_for, hooks_run
+from policies.models import ToolDefinition
 
 from .events import run_event_append
 from .models import Run
@@ -66,7 +67,6 @@ def _side_effect(tool: str) -> str:
     spec = BUILTIN_TOOLS.get(tool)
     if spec is not None:
         return spec.side_effect
-    from policies.models import ToolDefinition
 
     definition = ToolDefinition.objects.filter(name=tool).first()
     return definition.side_effect if definition else "external_api"

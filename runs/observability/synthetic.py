@@ -284,6 +284,20 @@ def _one_run(rng: random.Random, place: _Place) -> list[list[dict[str, Any]]]:
         run["verification"] = {"result": "pass", "round": 1, "checked": ["docs/guide.md"]}
     elif kind == "verification":
         run["verification"] = {"result": "fail", "round": 2}
+    calls, tools, clock, basis = _turns(rng, place, run, agent, workspace_id)
+    run["cost_basis"] = basis
+    asked = [_approval_row(rng, place, run, kind, clock, wait)] if wants_approval else []
+    run["finished_at"] = max(created + duration, clock + wait + timedelta(milliseconds=10))
+    run["updated_at"] = run["finished_at"]
+    return [[run], calls, tools, asked]
+
+
+def _turns(
+    rng: random.Random, place: _Place, run: dict[str, Any], agent: dict[str, Any], workspace_id: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], datetime, str]:
+    """The run's model calls and tool calls, turn by turn, its usage and cost summed on
+    ``run``; returns them with the clock after the last turn and the run's cost basis."""
+    run_id = run["id"]
     clock = run["started_at"]
     calls: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] = []
@@ -327,56 +341,70 @@ def _one_run(rng: random.Random, place: _Place) -> list[list[dict[str, Any]]]:
         run["cache_read_input_tokens"] += tokens.cache_read
         run["cost_usd"] += call_cost or 0
         for _ in range(rng.randint(0, 2) if turn < turns else 0):
-            tool, _weight, error_rate = _pick(rng, TOOLS)
-            roll = rng.random()
-            decision, status = "allow", "ok"
-            if roll < 0.03:
-                decision, status = "deny", "refused"
-            elif roll < 0.03 + error_rate:
-                status = "error" if rng.random() < 0.85 else "timeout"
-            elif tool == "commitDraft" and rng.random() < 0.5:
-                decision = "ask"
-            tools.append(
-                {
-                    "id": uuid.uuid4(),
-                    "run_id": run_id,
-                    "workspace_id": workspace_id,
-                    "requested_by_id": place.requester_id,
-                    "tool_use_id": f"toolu_{turn}_{len(tools)}",
-                    "tool": tool,
-                    "arguments": {"path": "docs/guide.md"},
-                    "path": "docs/guide.md",
-                    "decision": decision,
-                    "status": status,
-                    "error": "exit status 1" if status == "error" else "",
-                    "started_at": clock,
-                    "finished_at": clock + timedelta(milliseconds=rng.randint(5, 900)),
-                }
-            )
-    run["cost_basis"] = basis
-    asked = []
-    if wants_approval:
-        status = {"rejected": "rejected", "approval_expired": "expired"}.get(kind, "approved")
-        asked.append(
-            {
-                "id": uuid.uuid4(),
-                "run_id": run_id,
-                "kind": "commit",
-                "status": status,
-                "tool_use_id": "commit",
-                "paths": ["docs/guide.md"],
-                "summary": "Commit docs/guide.md",
-                "risk": run["risk"],
-                "requested_at": clock,
-                "decided_at": clock + wait,
-                "decided_by_id": (
-                    rng.choice(place.approver_ids)
-                    if place.approver_ids and status != "expired"
-                    else None
-                ),
-                "expires_at": clock + timedelta(days=1),
-            }
-        )
-    run["finished_at"] = max(created + duration, clock + wait + timedelta(milliseconds=10))
-    run["updated_at"] = run["finished_at"]
-    return [[run], calls, tools, asked]
+            tools.append(_tool_row(rng, place, run_id, workspace_id, turn, len(tools), clock))
+    return calls, tools, clock, basis
+
+
+def _tool_row(
+    rng: random.Random,
+    place: _Place,
+    run_id: Any,
+    workspace_id: int,
+    turn: int,
+    index: int,
+    clock: datetime,
+) -> dict[str, Any]:
+    """One tool call of a turn: mostly allowed and ok, some refused, errors at the tool's
+    own rate."""
+    tool, _weight, error_rate = _pick(rng, TOOLS)
+    roll = rng.random()
+    decision, status = "allow", "ok"
+    if roll < 0.03:
+        decision, status = "deny", "refused"
+    elif roll < 0.03 + error_rate:
+        status = "error" if rng.random() < 0.85 else "timeout"
+    elif tool == "commitDraft" and rng.random() < 0.5:
+        decision = "ask"
+    return {
+        "id": uuid.uuid4(),
+        "run_id": run_id,
+        "workspace_id": workspace_id,
+        "requested_by_id": place.requester_id,
+        "tool_use_id": f"toolu_{turn}_{index}",
+        "tool": tool,
+        "arguments": {"path": "docs/guide.md"},
+        "path": "docs/guide.md",
+        "decision": decision,
+        "status": status,
+        "error": "exit status 1" if status == "error" else "",
+        "started_at": clock,
+        "finished_at": clock + timedelta(milliseconds=rng.randint(5, 900)),
+    }
+
+
+def _approval_row(
+    rng: random.Random,
+    place: _Place,
+    run: dict[str, Any],
+    kind: str,
+    clock: datetime,
+    wait: timedelta,
+) -> dict[str, Any]:
+    """The run's commit request, decided after ``wait`` (or expired, or rejected)."""
+    status = {"rejected": "rejected", "approval_expired": "expired"}.get(kind, "approved")
+    return {
+        "id": uuid.uuid4(),
+        "run_id": run["id"],
+        "kind": "commit",
+        "status": status,
+        "tool_use_id": "commit",
+        "paths": ["docs/guide.md"],
+        "summary": "Commit docs/guide.md",
+        "risk": run["risk"],
+        "requested_at": clock,
+        "decided_at": clock + wait,
+        "decided_by_id": (
+            rng.choice(place.approver_ids) if place.approver_ids and status != "expired" else None
+        ),
+        "expires_at": clock + timedelta(days=1),
+    }

@@ -96,6 +96,44 @@ def tool_call_run(
     assert definition is not None and isinstance(arguments, dict)
     if definition.source == "mcp":
         return _mcp(record, definition, workspace, arguments, policy, grants, transform, before_run)
+    return _builtin(
+        record,
+        tool,
+        definition,
+        workspace,
+        arguments,
+        policy,
+        grants,
+        run=run,
+        tool_use_id=tool_use_id,
+        hold_asks=hold_asks,
+        approved_by=approved_by,
+        boundary=boundary,
+        transform=transform,
+        before_run=before_run,
+    )
+
+
+def _builtin(
+    record: ToolCall,
+    tool: str,
+    definition: ToolDefinition,
+    workspace: Workspace,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Sequence[Grant],
+    *,
+    run: Run | None,
+    tool_use_id: str,
+    hold_asks: bool,
+    approved_by: Any,
+    boundary: BoundaryCheck | None,
+    transform: Transform | None,
+    before_run: BeforeRun | None,
+) -> ToolCall:
+    """A built-in (or custom) tool: decided by its paths, the boundaries and the policy;
+    an ask is handed back unsaved (``hold_asks``) or refused; an allowed call runs in a
+    child process, journalled first within a run."""
     decided = builtin_decide(
         definition=definition,
         tool=tool,

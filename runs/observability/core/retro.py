@@ -41,6 +41,11 @@ class Retro:
         return [e / v if v else None for v, e in zip(self.verified, self.escaped, strict=True)]
 
 
+TOKEN_KINDS = ("input", "output", "cache_write", "cache_read")
+APPROVAL_LATENCY = ("approvals", "latency")
+DURATION = ("duration",)
+
+
 def retro_compute(
     *,
     span: Sequence[date],
@@ -51,8 +56,37 @@ def retro_compute(
 ) -> Retro:
     """The retrospective over ``span``: ``daily`` holds each day's summed cells, ``per_agent``
     the ``models`` part of each (day, agent) cell, for cost and tokens by agent and model."""
-    index = {day: n for n, day in enumerate(span)}
     whole = rollup.total(daily)
+    cost, tokens = _by_agent_and_model(span, per_agent, slugs)
+    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
+    finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
+    return Retro(
+        days=list(span),
+        runs=runs,
+        success_rate=[runs["completed"][i] / n if n else None for i, n in enumerate(finished)],
+        failures=_failures(whole),
+        cost=dict(sorted(cost.items())),
+        tokens=dict(sorted(tokens.items())),
+        tools=_tools(whole),
+        approval_p50=[_percentile(d, APPROVAL_LATENCY, 50) for d in daily],
+        approval_p95=[_percentile(d, APPROVAL_LATENCY, 95) for d in daily],
+        duration_p50=[_percentile(d, DURATION, 50) for d in daily],
+        duration_p95=[_percentile(d, DURATION, 95) for d in daily],
+        verified=[d.get("verified", 0) for d in daily],
+        escaped=[d.get("escaped", 0) for d in daily],
+        totals=_totals(whole, runs, finished),
+        changes=list(changes),
+        agents=dict(slugs),
+    )
+
+
+def _by_agent_and_model(
+    span: Sequence[date],
+    per_agent: Iterable[tuple[date, int, Mapping[str, Any] | None]],
+    slugs: Mapping[int, str],
+) -> tuple[dict[tuple[str, str], list[Decimal]], dict[tuple[str, str], list[int]]]:
+    """Dollars and tokens per day for each (agent slug, model)."""
+    index = {day: n for n, day in enumerate(span)}
     cost: dict[tuple[str, str], list[Decimal]] = {}
     tokens: dict[tuple[str, str], list[int]] = {}
     for day, agent, models in per_agent:
@@ -61,19 +95,25 @@ def retro_compute(
             key = (slugs.get(agent, str(agent)), model)
             cost.setdefault(key, [Decimal(0)] * len(span))[n] += Decimal(figures.get("cost", "0"))
             tokens.setdefault(key, [0] * len(span))[n] += sum(
-                figures.get(k, 0) for k in ("input", "output", "cache_write", "cache_read")
+                figures.get(k, 0) for k in TOKEN_KINDS
             )
+    return cost, tokens
 
-    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
-    finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
-    success = [runs["completed"][i] / n if n else None for i, n in enumerate(finished)]
-    failures = sorted(
+
+def _failures(whole: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """Failure kinds, most first (a Pareto chart)."""
+    return sorted(
         (
             (kind, FAILURE_LABELS.get(kind, kind), n)
             for kind, n in whole.get("failures", {}).items()
         ),
         key=lambda f: (-f[2], f[0]),
     )
+
+
+def _tools(whole: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each tool's calls, errors and refusals; the error rate counts calls that ran, worst
+    first."""
     tools = []
     for name, figures in whole.get("tools", {}).items():
         ran = figures.get("calls", 0) - figures.get("refused", 0)
@@ -88,52 +128,36 @@ def retro_compute(
             }
         )
     tools.sort(key=lambda t: (-(t["error_rate"] or 0), t["tool"]))
+    return tools
 
-    def pct(data: dict[str, Any], path: tuple[str, ...], p: float) -> int | None:
-        for key in path:
-            data = data.get(key, {})
-        return rollup.percentile(data, p)
 
-    approval = ("approvals", "latency")
+def _percentile(data: Mapping[str, Any], path: tuple[str, ...], p: float) -> int | None:
+    for key in path:
+        data = data.get(key, {})
+    return rollup.percentile(data, p)
+
+
+def _totals(
+    whole: Mapping[str, Any], runs: dict[str, list[int]], finished: list[int]
+) -> dict[str, Any]:
+    """The window's headline figures."""
     models_total = whole.get("models", {})
-    totals = {
+    return {
         "finished": sum(finished),
         "completed": sum(runs["completed"]),
         "failed": sum(runs["failed"]),
         "rolled_back": sum(runs["rolled_back"]),
         "success_rate": sum(runs["completed"]) / sum(finished) if sum(finished) else None,
         "cost": Decimal(whole.get("cost", "0")),
-        "tokens": sum(
-            m.get(k, 0)
-            for m in models_total.values()
-            for k in ("input", "output", "cache_write", "cache_read")
-        ),
+        "tokens": sum(m.get(k, 0) for m in models_total.values() for k in TOKEN_KINDS),
         "model_calls": sum(m.get("calls", 0) for m in models_total.values()),
         "estimated_calls": sum(m.get("estimated", 0) for m in models_total.values()),
         "unpriced_calls": sum(m.get("unpriced", 0) for m in models_total.values()),
         "approvals": whole.get("approvals", {}).get("requested", 0),
-        "approval_p50": pct(whole, approval, 50),
-        "approval_p95": pct(whole, approval, 95),
-        "duration_p50": pct(whole, ("duration",), 50),
-        "duration_p95": pct(whole, ("duration",), 95),
+        "approval_p50": _percentile(whole, APPROVAL_LATENCY, 50),
+        "approval_p95": _percentile(whole, APPROVAL_LATENCY, 95),
+        "duration_p50": _percentile(whole, DURATION, 50),
+        "duration_p95": _percentile(whole, DURATION, 95),
         "verified": whole.get("verified", 0),
         "escaped": whole.get("escaped", 0),
     }
-    return Retro(
-        days=span,
-        runs=runs,
-        success_rate=success,
-        failures=failures,
-        cost=dict(sorted(cost.items())),
-        tokens=dict(sorted(tokens.items())),
-        tools=tools,
-        approval_p50=[pct(d, approval, 50) for d in daily],
-        approval_p95=[pct(d, approval, 95) for d in daily],
-        duration_p50=[pct(d, ("duration",), 50) for d in daily],
-        duration_p95=[pct(d, ("duration",), 95) for d in daily],
-        verified=[d.get("verified", 0) for d in daily],
-        escaped=[d.get("escaped", 0) for d in daily],
-        totals=totals,
-        changes=list(changes),
-        agents=dict(slugs),
-    )
