@@ -29,7 +29,9 @@ class IsApprover(BasePermission):
 
 
 class DecisionSerializer(serializers.ModelSerializer):
-    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    user: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = ApprovalDecision
@@ -42,7 +44,9 @@ class ApprovalSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     agent = serializers.CharField(source="run.agent.slug", read_only=True)
     requester = serializers.CharField(source="run.requester.username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     decisions = DecisionSerializer(many=True, read_only=True)
 
     class Meta:

@@ -87,7 +87,9 @@ class HistoryFilterForm(forms.Form):
         result = []
         for name, errors in self.errors.items():
             label = "Filters" if name == "__all__" else self.fields[name].label or name
-            result.append(f"{str(label).replace('_', ' ').capitalize()}: {' '.join(errors)}")
+            result.append(
+                f"{str(label).replace('_', ' ').capitalize()}: {' '.join(str(e) for e in errors)}"
+            )
         return result
 
     def apply(self, requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:

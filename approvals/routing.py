@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from django.urls import path
+from harness_console.web.consumers import socket
 
 from .consumers import ApprovalQueueConsumer
 
-websocket_urlpatterns = [path("ws/approvals/", ApprovalQueueConsumer.as_asgi())]
+websocket_urlpatterns = [socket("ws/approvals/", ApprovalQueueConsumer)]

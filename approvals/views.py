@@ -90,7 +90,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     pending = queue_for(user, **filters).only(*QUEUE_COLUMNS)
     rows = list(pending[:QUEUE_LIMIT])
     for row in rows:  # get_kind_display() costs a slow isinstance() per row
-        row.kind_label = KIND_LABELS.get(row.kind, row.kind)
+        row.kind_label = KIND_LABELS.get(row.kind, row.kind)  # type: ignore[attr-defined]
     filtered = any(filters[k] for k in ("risk", "kind", "agent"))
     counts = pending_counts(user)
     if len(rows) < QUEUE_LIMIT:

@@ -7,6 +7,7 @@ the user's cookies) and the session authentication before any consumer sees them
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 from django.core.asgi import get_asgi_application
 
@@ -24,7 +25,7 @@ application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns + approval_sockets))
+            AuthMiddlewareStack(URLRouter(cast(Any, websocket_urlpatterns + approval_sockets)))
         ),
     }
 )

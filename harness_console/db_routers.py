@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Model
+
 CHANNELS_ALIAS = "channels"
 CHANNELS_APP = "channels_lite"
 
@@ -15,10 +17,10 @@ class ChannelLayerRouter:
     would copy every table into the channel file (NOTES.md); answering False prevents it.
     """
 
-    def db_for_read(self, model: type, **hints: Any) -> str | None:
+    def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
         return CHANNELS_ALIAS if model._meta.app_label == CHANNELS_APP else None
 
-    def db_for_write(self, model: type, **hints: Any) -> str | None:
+    def db_for_write(self, model: type[Model], **hints: Any) -> str | None:
         return CHANNELS_ALIAS if model._meta.app_label == CHANNELS_APP else None
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -158,6 +159,7 @@ def _sqlite(name: str) -> dict:
     }
 
 
+DATABASES: dict[str, Any]
 if EMBEDDED:
     DATABASES = {"default": _sqlite("db"), "channels": _sqlite("channels")}
     DATABASE_ROUTERS = ["harness_console.db_routers.ChannelLayerRouter"]

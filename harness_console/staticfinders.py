@@ -24,7 +24,9 @@ class PlotlyFinder(BaseFinder):
     def check(self, **kwargs: Any) -> list:
         return []
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    def find(  # type: ignore[override]  # one signature for the stubs' two overloads
+        self, path: str, find_all: bool = False, **kwargs: Any
+    ) -> str | list[str]:
         if path == PLOTLY_STATIC_PATH:
             return [str(PLOTLY_JS)] if find_all else str(PLOTLY_JS)
         return [] if find_all else ""

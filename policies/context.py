@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .core.assembler import Assembly, Layer, Rejected, Unit, assemble
+from .core.assembler import Assembly, Layer, Rejected, Strategy, Unit, assemble
 from .core.instructions import decode_instruction
 from .core.layers import DEFAULTS_BY_NAME, MAX_BUDGET, effective_layers
 from .core.retrieval import Conflict, RetrievalPolicy, Segment, retrieved_units
@@ -71,12 +71,12 @@ def _layer_specs(agent: Agent, budgets: Mapping[str, int]) -> list:
     for name, budget in budgets.items():
         if not 0 <= budget <= MAX_BUDGET:
             raise ContextError(f"The budget of {name} must be between 0 and {MAX_BUDGET:,}.")
-    overrides = {}
+    overrides: dict[str, tuple[int, Strategy, int]] = {}
     for config in LayerConfig.objects.filter(agent=agent):
         default = DEFAULTS_BY_NAME[config.name]
         overrides[config.name] = (
             config.position if config.position is not None else default.position,
-            config.strategy or default.strategy,
+            cast(Strategy, config.strategy) if config.strategy else default.strategy,
             config.budget if config.budget is not None else default.budget,
         )
     specs = effective_layers(overrides)
@@ -118,7 +118,9 @@ def context_build(
     """Gather every layer for ``agent`` working in ``workspace`` and assemble the prompt."""
     if (workspace is None) == (workspace_path is None):
         raise ContextError("Give a workspace or a workspace folder, not both or neither.")
-    root = str(Path(workspace.root if workspace else workspace_path).resolve())
+    folder = workspace.root if workspace is not None else workspace_path
+    assert folder is not None
+    root = str(Path(folder).resolve())
     if not os.path.isdir(root):
         raise ContextError(f"The workspace folder {root} does not exist.")
     loaded = instructions_load(agent=agent, root=root)

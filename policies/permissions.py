@@ -13,7 +13,17 @@ from django.db.models import F
 
 from .core.default_policy import DEFAULT_POLICY_NAME
 from .core.paths import normalize_relative
-from .core.permissions import Call, Grant, Policy, PolicyError, Rule, Verdict, decide
+from .core.permissions import (
+    Call,
+    Grant,
+    Policy,
+    PolicyError,
+    Rule,
+    Verdict,
+    decide,
+    level_of,
+    side_effect_of,
+)
 from .core.tool_specs import BUILTIN_TOOLS
 from .models import Policy as PolicyRow
 from .models import PolicyChange, PolicyRule, ToolDefinition
@@ -35,7 +45,8 @@ def policy_from_row(row: PolicyRow) -> Policy:
     rule is compiled once per process: its glob matchers are what cost."""
     fields = ("key", "tool", "decision", "path", "reason")
     rows = row.rules.order_by("order", "id").values_list(*fields)
-    return Policy(row.name, row.ceiling, tuple(_rule(*values) for values in rows), row.version)
+    rules = tuple(_rule(*values) for values in rows)
+    return Policy(row.name, level_of(row.ceiling), rules, row.version)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -64,7 +75,7 @@ def policy_for_agent(agent: Any) -> Policy:
     pk, name, ceiling, version = found
     fields = ("key", "tool", "decision", "path", "reason")
     rules = PolicyRule.objects.filter(policy_id=pk).order_by("order", "id").values_list(*fields)
-    return Policy(name, ceiling, tuple(_rule(*values) for values in rules), version)
+    return Policy(name, level_of(ceiling), tuple(_rule(*values) for values in rules), version)
 
 
 def policy_bump_version(*, policy: PolicyRow) -> None:
@@ -108,8 +119,14 @@ def permission_check(
         raise PolicyError(
             f"Unknown tool {tool!r}; built-in tools are {', '.join(sorted(BUILTIN_TOOLS))}."
         )
-    level = registered.permission_level if registered else spec.level
-    side_effect = registered.side_effect if registered else spec.side_effect
+    if registered is not None:
+        level, side_effect = (
+            level_of(registered.permission_level),
+            side_effect_of(registered.side_effect),
+        )
+    else:
+        assert spec is not None
+        level, side_effect = spec.level, spec.side_effect
     raw = path
     if raw is None and arguments:
         raw = next((arguments[k] for k in PATH_ARGUMENTS if k in arguments), None)

@@ -8,7 +8,7 @@ from typing import Any
 
 from runs.models import ToolCall
 
-from .core.permissions import Call, Policy, decide
+from .core.permissions import Call, Policy, decide, level_of, side_effect_of
 from .models import ToolDefinition
 
 RECENT_CALLS = 200
@@ -47,7 +47,12 @@ def policy_edit_effect(
         tool = registry.get(record.tool)
         if tool is None:
             continue
-        call = Call(record.tool, tool.permission_level, tool.side_effect, record.path or None)
+        call = Call(
+            record.tool,
+            level_of(tool.permission_level),
+            side_effect_of(tool.side_effect),
+            record.path or None,
+        )
         before, after = decide(current, call), decide(edited, call)
         if before.decision != after.decision:
             changed.append(

@@ -58,7 +58,9 @@ class StepSerializer(serializers.ModelSerializer):
 
 
 class ToolCallSerializer(serializers.ModelSerializer):
-    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = ToolCall
@@ -111,9 +113,15 @@ class RunSerializer(serializers.ModelSerializer):
     """The run record of SPEC R7."""
 
     run_id = serializers.UUIDField(source="id", read_only=True)
-    agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    agent: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    workspace: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    requester: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     missing_parameters = serializers.SerializerMethodField()
     waiting_for = serializers.CharField(read_only=True)  # "answer", "approval" or ""
     model = serializers.SerializerMethodField()
@@ -188,11 +196,11 @@ class RunDetailSerializer(RunSerializer):
 
     def get_model_calls(self, run: Run) -> list[dict[str, Any]]:
         calls = run.model_calls.select_related("price").order_by("turn")
-        return ModelCallSerializer(calls, many=True).data
+        return list(ModelCallSerializer(calls, many=True).data)
 
     def get_tool_calls(self, run: Run) -> list[dict[str, Any]]:
         calls = run.tool_calls.select_related("approved_by").order_by("started_at")
-        return ToolCallSerializer(calls, many=True).data
+        return list(ToolCallSerializer(calls, many=True).data)
 
     def get_artifacts(self, run: Run) -> list[dict[str, Any]]:
 

@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 
@@ -109,9 +109,10 @@ class AnthropicModel:
                 response = self._client.messages.create(
                     model=self.model,
                     max_tokens=self.max_tokens,
-                    system=system,
-                    messages=list(messages),
-                    tools=list(tools) or anthropic.NOT_GIVEN,
+                    # The SDK's typed params are TypedDicts; ours are the same JSON shapes.
+                    system=cast(Any, system),
+                    messages=cast(Any, list(messages)),
+                    tools=cast(Any, list(tools) or anthropic.NOT_GIVEN),
                 )
                 return _turn_from(response, self.label)
             except anthropic.APIStatusError as error:
@@ -179,9 +180,9 @@ class ReplayModel:
         turn = self.turns[self.position]
         self.position += 1
         content = tuple(turn.get("content") or ())
-        usage = turn.get("usage")
-        reported = isinstance(usage, dict)
-        usage = usage if reported else {}
+        given = turn.get("usage")
+        reported = isinstance(given, dict)
+        usage: dict[str, Any] = given if isinstance(given, dict) else {}
         return ModelTurn(
             stop_reason=turn.get("stop_reason", "end_turn"),
             text="".join(b.get("text", "") for b in content if b.get("type") == "text"),

@@ -19,7 +19,9 @@ WAITING_FOR = {run_status.WAITING_FOR_ANSWER: "answer", run_status.WAITING_FOR_A
 class Run(models.Model):
     """One request handed to an agent, from creation to its final state (SPEC R6, R7)."""
 
-    Status = models.TextChoices(
+    # One list of statuses (runs.core.status): the choices are made from it, so the two
+    # cannot drift apart; the stubs know only the class form of TextChoices.
+    Status = models.TextChoices(  # type: ignore[call-overload]
         "Status", [(s.upper(), (s, s.replace("_", " "))) for s in run_status.STATUSES]
     )
 
@@ -279,6 +281,9 @@ class ToolCall(models.Model):
     # Before a write tool runs, the bytes of the files it may touch (base64; None: absent),
     # so a worker that died mid-call can tell on resume whether the write happened.
     pre_images = models.JSONField(default=dict, blank=True)
+    # Not a column: the paths the call wrote, set when it is recorded (saves a query for its
+    # event and its trace); None on a call read back from the database.
+    written_paths: list[str] | None = None
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

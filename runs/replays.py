@@ -50,10 +50,11 @@ def _load(path: Path) -> ReplayScript | None:
         turns = data.get("turns")
         if not isinstance(turns, list) or not turns or not all(isinstance(t, dict) for t in turns):
             raise ValueError("needs a non-empty list of turns")
-        fields = {k: data.get(k) for k in ("request", "agent", "workspace")}
-        missing = [k for k, v in fields.items() if not isinstance(v, str) or not v.strip()]
+        given = {k: data.get(k) for k in ("request", "agent", "workspace")}
+        missing = [k for k, v in given.items() if not isinstance(v, str) or not v.strip()]
         if missing:
             raise ValueError(f"needs {', '.join(missing)}")
+        fields = {k: str(v) for k, v in given.items()}
     except (OSError, ValueError) as error:
         logger.warning("Ignoring the replay script %s: %s", path, error)
         return None

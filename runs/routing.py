@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from django.urls import path
+from harness_console.web.consumers import socket
 
 from .consumers import RunEventsConsumer
 from .observability.dashboards.consumers import OpsDashboardConsumer
 
 websocket_urlpatterns = [
-    path("ws/runs/<str:run_id>/", RunEventsConsumer.as_asgi()),
-    path("ws/dashboards/ops/", OpsDashboardConsumer.as_asgi()),
+    socket("ws/runs/<str:run_id>/", RunEventsConsumer),
+    socket("ws/dashboards/ops/", OpsDashboardConsumer),
 ]

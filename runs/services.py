@@ -58,6 +58,7 @@ def run_create(
         raise ValidationError(
             {"request": f"The request is {len(text)} characters; the limit is {MAX_REQUEST_CHARS}."}
         )
+    script: ReplayScript | None
     if replay is not None:
         script = ReplayScript(
             path=Path(replay),

@@ -23,6 +23,7 @@ from harness_console.roles import (
     may_see_runs,
     may_submit_runs,
 )
+from harness_console.web.fragments import HtmxHttpRequest
 from policies.models import Agent, Workspace
 
 from .core import status as run_status
@@ -63,7 +64,7 @@ def _listed(rows: Any, filters: dict[str, str], name: str) -> Any:
 
 
 @login_required
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
     """Runs, newest first, narrowed by the filters of runs.run_filters: the dashboards link
     here with the filters that select exactly the runs behind a figure."""
     if not may_see_runs(request.user):
@@ -203,7 +204,7 @@ def run_panel(request: HttpRequest, run_id: str) -> HttpResponse:
     return render(request, "runs/detail_panel.html", _detail_context(request, run))
 
 
-def _after_action(request: HttpRequest, run: Run, error: str = "") -> HttpResponse:
+def _after_action(request: HtmxHttpRequest, run: Run, error: str = "") -> HttpResponse:
     """htmx swaps only successful answers, so a refusal comes back as the panel with its
     message (status 200, marked by a header), never as a page-wide error."""
     if request.htmx:
@@ -226,7 +227,7 @@ def _message(error: ValidationError) -> str:
 
 @login_required
 @require_POST
-def run_cancel_view(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_cancel_view(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id)
     try:
         run_cancel(run=run, user=request.user)
@@ -237,7 +238,7 @@ def run_cancel_view(request: HttpRequest, run_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def run_rollback_view(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_rollback_view(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id)
     try:
         run_rollback(run=run, user=request.user)
@@ -248,7 +249,7 @@ def run_rollback_view(request: HttpRequest, run_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def run_answer_view(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_answer_view(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id)
     asked = [m["name"] for m in (run.task or {}).get("missing", [])]
     answers = {name: request.POST.get(f"answer-{name}", "") for name in asked}

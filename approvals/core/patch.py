@@ -196,7 +196,8 @@ def apply_file_patch(original: str, patch: FilePatch) -> str:
         if found is None:  # Report the first difference where the hunk should have been.
             got = [*lines[wanted : wanted + len(old)], None]
             i = next(i for i, text in enumerate(old) if got[i] != text)
-            has = f"ends at line {len(lines)}" if got[i] is None else f"has {_quote(got[i])}"
+            seen = got[i]
+            has = f"ends at line {len(lines)}" if seen is None else f"has {_quote(seen)}"
             raise PatchError(
                 f"{where} (line {wanted + i + 1}): the patch expects {_quote(old[i])} "
                 f"but the file {has}"
@@ -277,6 +278,9 @@ def apply_patch(
     return result
 
 
+RowKind = Literal["hunk", "context", "change", "add", "del"]
+
+
 @dataclass(frozen=True)
 class InlineRow:
     """One line of the inline view; a number is None where the line has no such side."""
@@ -291,7 +295,7 @@ class InlineRow:
 class SideRow:
     """One line of the side-by-side view: old on the left, new on the right."""
 
-    kind: Literal["hunk", "context", "change", "add", "del"]
+    kind: RowKind
     left_no: int | None
     left_text: str | None
     right_no: int | None
@@ -324,7 +328,7 @@ def diff_rows(text: str) -> list[DiffFile]:
         side = current().side if dels or adds else []
         for i in range(max(len(dels), len(adds))):
             d, a = dels[i] if i < len(dels) else None, adds[i] if i < len(adds) else None
-            kind = "change" if d and a else "del" if d else "add"
+            kind: RowKind = "change" if d and a else "del" if d else "add"
             side.append(SideRow(kind, *(d or (None, None)), *(a or (None, None))))
         dels.clear()
         adds.clear()

@@ -4,12 +4,20 @@ the operations dashboard), and the close codes every WebSocket of the console us
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.urls import URLPattern, path
 
 from .live import user_group
+
+
+def socket(route: str, consumer: type[AsyncWebsocketConsumer]) -> URLPattern:
+    """A WebSocket route: Channels routes consumers with Django's ``path``, whose stubs know
+    only views."""
+    return path(route, cast(Any, consumer.as_asgi()))
+
 
 # Application close codes (4000–4999): the page and API clients can tell why.
 CLOSE_UNAUTHENTICATED = 4401

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it, for the type checker."""
+
+    htmx: HtmxDetails
 
 
 def wants_fragment(request: HttpRequest) -> bool:

@@ -105,7 +105,8 @@ class PolicyAdmin(admin.ModelAdmin):
             raise PermissionDenied("Your role may not edit policies.")
         current = policy_from_row(row)
         form = self.get_form(request, row, change=True)(request.POST, instance=row)
-        formsets, _ = self._create_formsets(request, row, change=True)
+        # ModelAdmin's own formset builder: the rules as the form posted them.
+        formsets, _ = self._create_formsets(request, row, change=True)  # type: ignore[attr-defined]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,

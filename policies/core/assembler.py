@@ -361,8 +361,9 @@ def _longest_prefix(text: str, budget: int, tokenizer: Tokenizer) -> int:
     UTF-8-length tokenizer the index is computed directly (bytes, then back to the start of
     a character); any other tokenizer is bisected.
     """
-    if getattr(tokenizer, "size_is_utf8_length", False):
-        room = tokenizer.bytes_per_token * budget - tokenizer.size(TRUNCATION_MARKER)
+    per_token = getattr(tokenizer, "bytes_per_token", None)
+    if getattr(tokenizer, "size_is_utf8_length", False) and isinstance(per_token, int):
+        room = per_token * budget - tokenizer.size(TRUNCATION_MARKER)
         if text.isascii():
             return max(0, min(room, len(text)))
         encoded = text.encode("utf-8", "surrogatepass")

@@ -41,6 +41,28 @@ class PolicyError(ValueError):
     """A malformed rule or call; the message says which field and why."""
 
 
+def level_of(value: str) -> Level:
+    """A level read from a row or a form, checked: L1, L2 or L3."""
+    for level in LEVELS:
+        if value == level:
+            return level
+    raise PolicyError(f"{value!r} is not a permission level; levels are {', '.join(LEVELS)}.")
+
+
+def side_effect_of(value: str) -> SideEffect:
+    for side_effect in SIDE_EFFECTS:
+        if value == side_effect:
+            return side_effect
+    raise PolicyError(f"{value!r} is not a side effect; they are {', '.join(SIDE_EFFECTS)}.")
+
+
+def decision_of(value: str) -> Decision:
+    for decision in DECISIONS:
+        if value == decision:
+            return decision
+    raise PolicyError(f"{value!r} is not a decision; decisions are {', '.join(DECISIONS)}.")
+
+
 @dataclass(frozen=True)
 class Rule:
     """``tool`` is a name pattern (``*``, ``mcp:*``, ``{deleteFile,renameFile}``); ``path``
@@ -176,8 +198,8 @@ def decide(policy: Policy, call: Call, grants: Sequence[Grant] = ()) -> Verdict:
                 break
             if first is None:
                 first = rule
-    rule = deny or first
-    if rule is None:
+    matched = deny or first
+    if matched is None:
         return Verdict(
             "deny",
             human_only,
@@ -186,8 +208,8 @@ def decide(policy: Policy, call: Call, grants: Sequence[Grant] = ()) -> Verdict:
             _policy=policy,
             _call=call,
         )
-    reason = rule.reason or f"rule {rule.id}: {rule.decision}"
-    decision: Decision = rule.decision
+    reason = matched.reason or f"rule {matched.id}: {matched.decision}"
+    decision: Decision = matched.decision
     if human_only and decision == "allow":
         decision, reason = "ask", f"{reason}; a production change always needs a person"
     if decision == "ask" and not human_only:
@@ -197,13 +219,13 @@ def decide(policy: Policy, call: Call, grants: Sequence[Grant] = ()) -> Verdict:
             return Verdict(
                 "allow",
                 human_only,
-                rule.id,
+                matched.id,
                 f"remembered for this run{who} ({grant.tool} on {grant.path or '*'})",
                 grant,
                 _policy=policy,
                 _call=call,
             )
-    return Verdict(decision, human_only, rule.id, reason, _policy=policy, _call=call)
+    return Verdict(decision, human_only, matched.id, reason, _policy=policy, _call=call)
 
 
 def tool_may_be_used(policy: Policy, tool: str, level: Level) -> bool:
@@ -228,7 +250,6 @@ def decide_paths(
 ) -> Verdict:
     """A call that touches several paths (a rename, an MCP tool with a source and a
     destination) is decided for each; the strictest verdict stands. No path: one decision."""
-    verdicts = [
-        decide(policy, Call(tool, level, side_effect, path), grants) for path in (paths or [None])
-    ]
+    candidates: Sequence[str | None] = paths or [None]
+    verdicts = [decide(policy, Call(tool, level, side_effect, path), grants) for path in candidates]
     return max(verdicts, key=lambda verdict: DECISIONS.index(verdict.decision))

@@ -52,7 +52,7 @@ class HookBinding(models.Model):
         ordering = ["phase", "order", "id"]
 
     def __str__(self) -> str:
-        scope = self.agent.slug if self.agent_id else "all agents"
+        scope = self.agent.slug if self.agent is not None else "all agents"
         return f"{self.phase} #{self.order}: {self.handler} ({scope})"
 
     def clean(self) -> None:

@@ -6,7 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from wcmatch import glob
 
-from ..core.permissions import DECISIONS, LEVELS, PolicyError, Rule
+from ..core.permissions import DECISIONS, LEVELS, PolicyError, Rule, decision_of
 
 
 class Policy(models.Model):
@@ -96,4 +96,4 @@ class PolicyRule(models.Model):
             raise ValidationError({"path": f"Not a valid glob: {error}"}) from error
 
     def as_rule(self) -> Rule:
-        return Rule(self.key, self.tool, self.decision, self.path, self.reason)
+        return Rule(self.key, self.tool, decision_of(self.decision), self.path, self.reason)

@@ -361,7 +361,8 @@ def _facts(messages: Sequence[Mapping[str, Any]]) -> list[str]:
                 scanned.append(block["text"])
                 decisive.append(block["text"])
             elif kind == "tool_use":
-                arguments = block.get("input") if isinstance(block.get("input"), Mapping) else {}
+                given = block.get("input")
+                arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
                 shown = [
                     f"{key}={_argument(arguments[key])}"
                     for key in KEY_ARGUMENTS

@@ -166,7 +166,7 @@ def state_from_json(data: dict[str, object]) -> LoopState:
     if not isinstance(pending, list) or not all(isinstance(p, str) for p in pending):
         raise InvalidLoopEvent("A checkpoint whose pending tool calls are not a list of ids.")
     return LoopState(
-        phase=phase,  # type: ignore[arg-type]
+        phase=phase,
         turn=int(data.get("turn", 0)),  # type: ignore[call-overload]
         max_turns=int(data.get("max_turns", 50)),  # type: ignore[call-overload]
         pending=tuple(pending),

@@ -15,7 +15,7 @@ from approvals.core.patch import PatchError, apply_patch
 from approvals.fingerprint import fingerprint_now, fingerprint_recorded, originals_for
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
-from policies.core.permissions import Policy, decide_paths
+from policies.core.permissions import Policy, decide_paths, level_of
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
 
@@ -47,8 +47,11 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
         return run_complete(driver.lease, run)
     policy = policy_for_agent(run.agent)
     existing = approval_in_force(run_id=run.pk, kind=ApprovalRequest.Kind.COMMIT)
-    approved = existing is not None and existing.status == ApprovalRequest.Status.APPROVED
-    if approved and not approval_holds(driver, run, existing, policy.version, paths=paths):
+    if (
+        existing is not None
+        and existing.status == ApprovalRequest.Status.APPROVED
+        and not approval_holds(driver, run, existing, policy.version, paths=paths)
+    ):
         existing = None
     if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
         with fenced(driver.lease):
@@ -68,7 +71,12 @@ def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) ->
     definition = ToolDefinition.objects.filter(name="commitDraft", enabled=True).first()
     verdicts = [
         decide_paths(
-            policy, "commitDraft", definition.permission_level, "filesystem_write", [p], ()
+            policy,
+            "commitDraft",
+            level_of(definition.permission_level),
+            "filesystem_write",
+            [p],
+            (),
         )
         if definition
         else None

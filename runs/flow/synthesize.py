@@ -256,7 +256,8 @@ def _loop_ended(driver: Driver, run: Run, action: loop.FinalOutput) -> StageOutc
     if action.outcome == "failed":
         return run_fail(driver.lease, action.reason)
     with fenced(driver.lease):
-        step = Step.objects.filter(pk=(run.loop or {}).get("step")).first()
+        step_id = (run.loop or {}).get("step")
+        step = Step.objects.filter(pk=step_id).first() if step_id else None
         if step is not None and step.status == "running":
             step_end(
                 step,

@@ -112,7 +112,8 @@ def read_snapshot(using: str = "default") -> Iterator[None]:
     read transaction already, but this project begins transactions IMMEDIATE (taking the
     write lock, for its writers); a scrape begins a DEFERRED one, so it never holds up a
     worker. Inside a caller's transaction there is nothing to choose: its snapshot holds."""
-    connection = connections[using]
+    # Any: transaction_mode is the SQLite backend's own attribute, unknown to the stubs.
+    connection: Any = connections[using]
     if connection.in_atomic_block:
         with transaction.atomic(using=using):
             yield

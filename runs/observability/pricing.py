@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
@@ -64,7 +65,7 @@ def call_cost(
     return CallCost(core.cost_of(tokens, price), basis, price.id)
 
 
-def price_version_create(*, source: ModelPrice, user: object | None = None) -> ModelPrice:
+def price_version_create(*, source: ModelPrice, user: Any = None) -> ModelPrice:
     """Save ``source`` (unsaved) as the next version of its model's price."""
     source.pk = None
     if user is not None and getattr(user, "is_authenticated", False):

@@ -165,16 +165,20 @@ def cells_from_raw(
     runs = run_model.objects.filter(
         finished_at__gte=start, finished_at__lt=end, status__in=FINISHED
     ).order_by()
-    of_day = {"run__finished_at__gte": start, "run__finished_at__lt": end}
-    of_day["run__status__in"] = FINISHED
+    of_day: dict[str, Any] = {
+        "run__finished_at__gte": start,
+        "run__finished_at__lt": end,
+        "run__status__in": FINISHED,
+    }
     children: dict[str, dict[Any, list[dict[str, Any]]]] = {}
-    for name, model, fields in (
+    parts: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
         ("calls", call_model, CALL_FIELDS),
         ("tools", tool_model, TOOL_FIELDS),
         ("approvals", approval_model, APPROVAL_FIELDS),
-    ):
+    )
+    for name, model, columns in parts:
         grouped: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-        for row in model.objects.filter(**of_day).order_by().values(*fields).iterator(5000):
+        for row in model.objects.filter(**of_day).order_by().values(*columns).iterator(5000):
             grouped[row["run_id"]].append(row)
         children[name] = grouped
     cells: dict[tuple[Any, Any], dict[str, Any]] = {}

@@ -81,7 +81,7 @@ class _Table:
     and written the way each database takes many rows fastest."""
 
     def __init__(self, model: type[models.Model]) -> None:
-        self.fields = [
+        self.fields: list[Any] = [
             f
             for f in model._meta.concrete_fields
             if not (f.primary_key and isinstance(f, models.AutoField | models.BigAutoField))
@@ -147,7 +147,7 @@ def history_generate(
     """Write ``runs`` finished runs over the last ``days`` days and count them in the
     rollups of their days."""
 
-    agents = list(Agent.objects.order_by("pk").values("pk", "model"))
+    agents = [dict(row) for row in Agent.objects.order_by("pk").values("pk", "model")]
     workspaces = list(Workspace.objects.order_by("pk").values_list("pk", flat=True))
     if not agents or not workspaces:
         raise ValueError("A history needs at least one agent and one workspace.")

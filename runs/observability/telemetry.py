@@ -317,7 +317,7 @@ def traced_tool_call[**P](fn: Callable[P, ToolCall]) -> Callable[P, ToolCall]:
 
     @functools.wraps(fn)
     def traced(*args: P.args, **kwargs: P.kwargs) -> ToolCall:
-        run = kwargs.get("run")
+        run: Any = kwargs.get("run")
         tracer = _tracer() if run is not None else None
         if tracer is None:
             return fn(*args, **kwargs)
@@ -368,7 +368,7 @@ def _tool_recorded(span: trace.Span, record: ToolCall) -> None:
             "harness.tool.attempts": record.attempts,
         }
     )
-    if record.approved_by_id:
+    if record.approved_by is not None:
         span.set_attribute("harness.tool.approved_by", record.approved_by.get_username())
     if record.status in ("error", "timeout"):
         # The tool's own message may quote what it read: only the kind of failure goes here.
@@ -398,7 +398,7 @@ def _approval_span(approval_id: Any, parent: Context, ended_ns: int) -> None:
         return
     start = _ns(approval.requested_at)
     end = max(start, _ns(approval.decided_at) if approval.decided_at else ended_ns)
-    attributes = {
+    attributes: dict[str, Any] = {
         "harness.run.id": str(approval.run_id),
         "harness.approval.id": str(approval.pk),
         "harness.approval.kind": approval.kind,

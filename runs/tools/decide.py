@@ -24,7 +24,15 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.exceptions import _Error as JsonSchemaError
 
 from policies.core.paths import PathRefused
-from policies.core.permissions import Grant, Policy, Verdict, decide_paths
+from policies.core.permissions import (
+    Grant,
+    Policy,
+    SideEffect,
+    Verdict,
+    decide_paths,
+    level_of,
+    side_effect_of,
+)
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition, Workspace
 from policies.paths import resolve_in_workspace
@@ -111,7 +119,7 @@ def builtin_decide(
     if boundary is not None and (outside := boundary(tool, paths)):
         return Refused(f"deny: {outside}", "deny", "task-boundary", first)
     verdict = decide_paths(
-        policy, tool, definition.permission_level, side_effect(definition), paths, grants
+        policy, tool, level_of(definition.permission_level), side_effect(definition), paths, grants
     )
     rule = verdict.rule or ""
     asks = verdict.decision in ("ask", "ask_strong")
@@ -126,13 +134,13 @@ def builtin_decide(
     return Allowed("allow", rule, verdict.reason, tuple(paths), verdict.human_only)
 
 
-def side_effect(definition: ToolDefinition) -> str:
+def side_effect(definition: ToolDefinition) -> SideEffect:
     """A built-in tool's own side effect cannot be weakened in the registry: publishing is a
     production change whatever an admin typed, so it always needs a person."""
     spec = BUILTIN_TOOLS.get(definition.implementation or definition.name)
     if spec is not None and spec.side_effect == "production_change":
         return "production_change"
-    return definition.side_effect
+    return side_effect_of(definition.side_effect)
 
 
 @functools.lru_cache(maxsize=512)

@@ -58,21 +58,21 @@ def doc_index_refresh(workspace: Workspace) -> int:
                 entry.delete()
                 changed += 1
         for path, stat in on_disk.items():
-            entry = known.get(path)
-            if entry and (entry.mtime_ns, entry.size) == (stat.st_mtime_ns, stat.st_size):
+            indexed = known.get(path)
+            if indexed and (indexed.mtime_ns, indexed.size) == (stat.st_mtime_ns, stat.st_size):
                 continue
             try:
                 text = (root / path).read_text("utf-8")
             except (UnicodeDecodeError, OSError):
                 continue
-            if entry is None:
-                entry = DocIndexEntry(workspace=workspace, path=path)
+            if indexed is None:
+                indexed = DocIndexEntry(workspace=workspace, path=path)
             else:
-                _fts_delete(entry.pk)
-            entry.title, entry.content = _title(text, path), text
-            entry.mtime_ns, entry.size = stat.st_mtime_ns, stat.st_size
-            entry.save()
-            _fts_insert(entry)
+                _fts_delete(indexed.pk)
+            indexed.title, indexed.content = _title(text, path), text
+            indexed.mtime_ns, indexed.size = stat.st_mtime_ns, stat.st_size
+            indexed.save()
+            _fts_insert(indexed)
             changed += 1
     return changed
 

@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 
 from policies.core.mcp_checks import check_mcp_call, path_arguments
 from policies.core.paths import PathRefused
-from policies.core.permissions import Policy, decide_paths
+from policies.core.permissions import Policy, decide_paths, level_of, side_effect_of
 from policies.mcp_servers import errlog, server_parameters, split_name
 from policies.models import McpServer, ToolDefinition
 from policies.paths import resolve_in_workspace
@@ -83,8 +83,8 @@ def mcp_decide(
     verdict = decide_paths(
         policy,
         definition.name,
-        definition.permission_level,
-        definition.side_effect,
+        level_of(definition.permission_level),
+        side_effect_of(definition.side_effect),
         resolved,
         list(grants or ()),
     )
@@ -95,7 +95,8 @@ def mcp_decide(
         arguments,
         decision=verdict.decision,
         decision_reason=verdict.reason,
-        calls_this_minute=lambda: _count_this_minute(server, now),
+        # Only asked of a whitelisted server (check 1 refuses any other first).
+        calls_this_minute=lambda: _count_this_minute(server, now) if server else 0,
         now=now,
         server_name=server_name,
         resolve=resolve,

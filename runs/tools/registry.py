@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.core.permissions import Policy, tool_may_be_used
+from policies.core.permissions import Policy, level_of, tool_may_be_used
 from policies.models import ToolDefinition
 
 
@@ -14,5 +14,5 @@ def tool_definitions_for(policy: Policy) -> list[dict[str, Any]]:
     return [
         {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
         for tool in ToolDefinition.objects.filter(enabled=True).order_by("name")
-        if tool_may_be_used(policy, tool.name, tool.permission_level)
+        if tool_may_be_used(policy, tool.name, level_of(tool.permission_level))
     ]

@@ -54,7 +54,7 @@ def read_intent(text: str) -> tuple[Intent, str]:
         return "publish", _evidence(publish)
     edits: list[re.Match[str]] = []
     for pattern, intent in _FILE_VERBS:
-        plain = []
+        plain: list[re.Match[str]] = []
         for verb in pattern.finditer(words):
             (edits if edited_in_place(text, verb, candidates) else plain).append(verb)
         if plain:

@@ -151,7 +151,7 @@ class Command(BaseCommand):
         User = get_user_model()
         user, created = User.objects.get_or_create(username=role)
         password = known
-        if created or not known or not user.check_password(known):
+        if password is None or created or not user.check_password(password):
             password = secrets.token_urlsafe(12)
             user.set_password(password)
         user.is_staff = role == ADMIN

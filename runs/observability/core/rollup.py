@@ -114,7 +114,7 @@ def contribution(
         out["verified"] = 1
         if run.status == "rolled_back":
             out["escaped"] = 1
-    total, models = Decimal(0), {}
+    total, models = Decimal(0), dict[str, dict[str, Any]]()
     for call in calls:
         entry = models.setdefault(call.model, {"latency": {}})
         for key in ("input", "output", "cache_write", "cache_read"):

@@ -175,7 +175,7 @@ def _failures(r: Retro, links: Links) -> Chart:
 
 
 def _by_model(r: Retro, links: Links, *, cost: bool) -> Chart:
-    series = r.cost if cost else r.tokens
+    series: dict[tuple[str, str], list[Any]] = dict(r.cost) if cost else dict(r.tokens)
     chart = Chart(
         key="cost-per-day" if cost else "tokens-per-day",
         title="Cost per day by agent · model" if cost else "Tokens per day by agent · model",

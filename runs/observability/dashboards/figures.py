@@ -8,6 +8,7 @@ Views turn these into tables and Plotly charts; tests compare them with the raw 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -55,6 +56,7 @@ def retro_figures(
     index = {day: n for n, day in enumerate(span)}
     cells = DailyRollup.objects.filter(day__gte=span[0], day__lte=span[-1]).order_by()
     daily: list[dict[str, Any]] = [{} for _ in span]
+    per_agent: Iterable[tuple[date, int, Any]]
     if agent_id is None and workspace_id is None:
         totals = DailyTotal.objects.filter(day__gte=span[0], day__lte=span[-1])
         for day, data in totals.values_list("day", "data"):
@@ -135,7 +137,9 @@ def real_runs() -> Any:
 
 def runs_by_active_status() -> dict[str, int]:
     """Runs in each live state now, zeros included (few rows, by the status index)."""
-    live = dict.fromkeys(sorted(run_status.ACTIVE, key=run_status.STATUSES.index), 0)
+    live: dict[str, int] = dict.fromkeys(
+        sorted(run_status.ACTIVE, key=run_status.STATUSES.index), 0
+    )
     for status, n in (
         real_runs()
         .filter(status__in=run_status.ACTIVE)
