@@ -3,7 +3,7 @@ model turns, its request, its agent and its workspace as the run found it become
 case, with the expectation an operator writes.
 
 The case is built as the very JSON object a case file holds and validated by
-``runs.core.evals.case_parse``, so the suite runs a console case exactly as it runs a file.
+``evals.core.parsing.case_parse``, so the suite runs a console case exactly as it runs a file.
 The workspace is a snapshot of the run's folder with every file the run wrote put back to
 its bytes from before the run; files the agent's policy denies reading keep only a
 placeholder, so a secret's bytes never reach the database.
@@ -30,7 +30,8 @@ from runs.core import status as run_status
 from runs.events import run_event_append
 from runs.models import ModelCall, Run, WriteRecord
 
-from .core.cases import NAME_RE, CaseError, case_parse
+from .core.cases import NAME_RE, CaseError
+from .core.parsing import case_parse
 from .models import EvalCase
 from .suite import cases_load, console_source
 

@@ -5,7 +5,7 @@ a publish target and an ``outside`` folder beside it), points a stable per-case 
 and a per-configuration agent at it, creates the run with the case's recorded turns, and
 lets the workers take the runs as they take any other. When each run has ended or waits
 for a person, what it did is collected from the database and the disk and judged
-(``runs.core.evals.judge``); a run left waiting is then cancelled, so no approver is asked
+(``evals.core.judge.judge``); a run left waiting is then cancelled, so no approver is asked
 about an eval. One suite runs at a time: the per-case workspaces are shared between suite
 runs.
 """
@@ -37,18 +37,10 @@ from policies.models import Agent, McpServer, Policy, PolicyRule, ToolDefinition
 from runs.core import status as run_status
 from runs.models import Run
 
-from .core.cases import (
-    CATEGORIES,
-    SAFETY_CATEGORY,
-    Case,
-    CaseError,
-    Outcome,
-    ToolCallSeen,
-    case_parse,
-    judge,
-    leaks,
-    strings_in,
-)
+from .core.canaries import leaks, strings_in
+from .core.cases import CATEGORIES, SAFETY_CATEGORY, Case, CaseError
+from .core.judge import Outcome, ToolCallSeen, judge
+from .core.parsing import case_parse
 from .models import EvalCase, EvalResult, EvalSuiteRun
 
 logger = logging.getLogger(__name__)

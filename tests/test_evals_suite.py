@@ -389,7 +389,7 @@ def test_a_row_the_eval_set_did_not_make_is_never_taken_over(settings, tmp_path)
 def test_anything_written_beside_the_workspace_counts_as_outside(personas, settings, tmp_path):
     """outside/ is watched, and so is the rest of the case's folder: a run that escaped its
     workspace to ../x or ../publish-like names is caught even where no canary lies."""
-    from evals.core.cases import case_parse
+    from evals.core.parsing import case_parse
     from evals.suite import _eval_user, _prepare, _start, outcome_collect
 
     data = json.loads((SIMPLE_CASE).read_text())
