@@ -20,6 +20,7 @@ from typing import Any, Final
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
 from policies.core.default_policy import DEFAULT_POLICY, DEFAULT_POLICY_NAME
 from policies.core.hook_redaction import DEFAULT_REDACTOR
 from policies.core.permissions import Policy, PolicyError, Rule, decide_paths
@@ -32,8 +33,8 @@ from runs.models import ModelCall, Run, WriteRecord
 
 from .core.cases import NAME_RE, CaseError
 from .core.parsing import case_parse
+from .loading import cases_load, console_source
 from .models import EvalCase
-from .suite import cases_load, console_source
 
 CATEGORY: Final = "historical"
 ADDABLE: Final = frozenset({run_status.FAILED, run_status.ROLLED_BACK})
@@ -266,8 +267,6 @@ def eval_case_name_check(name: str) -> None:
 def recorded_decisions(run: Run) -> list[str]:
     """What the people answered to the run's approval requests, in order, up to the first
     one nobody decided (expired, cancelled): the replay answers the same."""
-    from approvals.models import ApprovalRequest
-
     answers = {
         ApprovalRequest.Status.APPROVED: "approve",
         ApprovalRequest.Status.REJECTED: "reject",
