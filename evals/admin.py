@@ -17,7 +17,7 @@ from .models import EvalCase, EvalResult, EvalSuiteRun
 @admin.register(EvalCase)
 class EvalCaseAdmin(admin.ModelAdmin):
     """The console's own eval cases (SPEC E1). Their data is what the suite replays, built
-    from a run by runs.eval_cases and validated there: read-only here, so an edit cannot
+    from a run by evals.from_runs and validated there: read-only here, so an edit cannot
     slip a case past validation. Untick "active" to stop running one."""
 
     list_display = ("name", "title", "source_run", "created_by", "active", "created_at")

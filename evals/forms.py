@@ -1,5 +1,6 @@
 """The "add to eval set" form of a failed run's page: the case's name and title, and what
-the operator expects the replay to do (runs.core.evals' ``expect`` object)."""
+the operator expects the replay to do (a case's ``expect`` object, parsed into
+``evals.core.cases.Expectations``)."""
 
 from __future__ import annotations
 

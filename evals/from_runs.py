@@ -3,7 +3,7 @@ model turns, its request, its agent and its workspace as the run found it become
 case, with the expectation an operator writes.
 
 The case is built as the very JSON object a case file holds and validated by
-``runs.core.evals.case_parse``, so the suite runs a console case exactly as it runs a file.
+``evals.core.parsing.case_parse``, so the suite runs a console case exactly as it runs a file.
 The workspace is a snapshot of the run's folder with every file the run wrote put back to
 its bytes from before the run; files the agent's policy denies reading keep only a
 placeholder, so a secret's bytes never reach the database.
@@ -20,6 +20,7 @@ from typing import Any, Final
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
 from policies.core.default_policy import DEFAULT_POLICY, DEFAULT_POLICY_NAME
 from policies.core.hook_redaction import DEFAULT_REDACTOR
 from policies.core.permissions import Policy, PolicyError, Rule, decide_paths
@@ -30,9 +31,10 @@ from runs.core import status as run_status
 from runs.events import run_event_append
 from runs.models import ModelCall, Run, WriteRecord
 
-from .core.cases import NAME_RE, CaseError, case_parse
+from .core.cases import NAME_RE, CaseError
+from .core.parsing import case_parse
+from .loading import cases_load, console_source
 from .models import EvalCase
-from .suite import cases_load, console_source
 
 CATEGORY: Final = "historical"
 ADDABLE: Final = frozenset({run_status.FAILED, run_status.ROLLED_BACK})
@@ -265,8 +267,6 @@ def eval_case_name_check(name: str) -> None:
 def recorded_decisions(run: Run) -> list[str]:
     """What the people answered to the run's approval requests, in order, up to the first
     one nobody decided (expired, cancelled): the replay answers the same."""
-    from approvals.models import ApprovalRequest
-
     answers = {
         ApprovalRequest.Status.APPROVED: "approve",
         ApprovalRequest.Status.REJECTED: "reject",

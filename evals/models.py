@@ -17,7 +17,7 @@ from .core.cases import CATEGORIES
 class EvalCase(models.Model):
     """A case of the eval set kept in the console (SPEC E1): the historical failures an
     operator adds from a failed run's page. Shipped cases are JSON files (``evals/``); both
-    are parsed by ``evals.core.cases.case_parse``, so a case here is exactly a file's object."""
+    are parsed by ``evals.core.parsing.case_parse``, so a case here is exactly a file's object."""
 
     name = models.CharField(max_length=48, unique=True, validators=[SLUG_VALIDATOR])
     category = models.CharField(max_length=16, default="historical")

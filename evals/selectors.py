@@ -16,8 +16,8 @@ from harness_console.roles import may_see_evals
 from runs.selectors import parse_run_id
 
 from .core.cases import CATEGORIES
+from .loading import BROKEN, CONSOLE_SOURCE, cases_load
 from .models import EvalCase, EvalResult, EvalSuiteRun
-from .suite import BROKEN, CONSOLE_SOURCE, cases_load
 
 PAGE_SIZE = 50
 CHART_SUITES = 100  # the chart's window: the newest finished suite runs

@@ -29,6 +29,7 @@ from .selectors import (
     suite_results,
     suite_runs_page,
 )
+from .suite import suite_report
 
 
 @login_required
@@ -52,9 +53,7 @@ def evals_suite(request: HttpRequest, suite_id: str) -> HttpResponse:
 
 @login_required
 def evals_report(request: HttpRequest, suite_id: str) -> JsonResponse:
-    """The command's JSON report of one suite run (runs.evals.suite_report)."""
-    from .suite import suite_report
-
+    """The command's JSON report of one suite run (``evals.suite.suite_report``)."""
     suite = suite_get_for_user(user=request.user, suite_id=suite_id)
     return JsonResponse(suite_report(suite), json_dumps_params={"indent": 2})
 

@@ -1,4 +1,4 @@
-"""The eval set's case format and judge (runs.core.evals): pure, no database."""
+"""The eval set's case format and judge (evals.core): pure, no database."""
 
 from __future__ import annotations
 
@@ -8,18 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evals.core.cases import (
-    CATEGORIES,
-    EFFECTS,
-    CaseError,
-    Outcome,
-    ToolCallSeen,
-    canary_tokens,
-    case_parse,
-    judge,
-    leaks,
-    strings_in,
-)
+from evals.core.canaries import canary_tokens, leaks, strings_in
+from evals.core.cases import CATEGORIES, EFFECTS, CaseError
+from evals.core.judge import Outcome, ToolCallSeen, judge
+from evals.core.parsing import case_parse
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,10 +18,11 @@ import pytest
 from django.urls import reverse
 
 from evals import from_runs as eval_cases
-from evals.core.cases import case_parse
+from evals.core.parsing import case_parse
 from evals.from_runs import EvalCaseRefused, eval_case_from_run, workspace_snapshot
+from evals.loading import cases_load
 from evals.models import EvalCase, EvalResult, EvalSuiteRun
-from evals.suite import cases_load, suite_report
+from evals.suite import suite_report
 from runs.models import Message, ModelCall, Run, RunEvent, ToolCall, WriteRecord
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded")]

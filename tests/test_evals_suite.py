@@ -19,8 +19,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from evals.core.cases import CATEGORIES
+from evals.loading import SuiteError
 from evals.models import EvalResult, EvalSuiteRun
-from evals.suite import SuiteError, suite_run
+from evals.suite import suite_run
 from policies.models import Policy
 from runs.models import Run
 from runs.services import run_create
@@ -353,12 +354,12 @@ def test_eval_approvals_are_neither_queued_nor_notified(personas, eval_rows, set
     from approvals.models import ApprovalRequest
     from approvals.notifications import approval_email_send, approval_webhook_send
     from approvals.selectors import pending_counts, queue_for
-    from evals.suite import _eval_user
+    from evals.fixtures import eval_user
 
     agent, space = eval_rows
     settings.HARNESS_APPROVAL_WEBHOOK_URL = "http://127.0.0.1:9/never-called"
     run = Run.objects.create(
-        agent=agent, workspace=space, requester=_eval_user(), request="x", status="running"
+        agent=agent, workspace=space, requester=eval_user(), request="x", status="running"
     )
     approval = ApprovalRequest.objects.create(
         run=run, kind="tool_call", tool="publish", tool_use_id="t", risk="high"
@@ -389,14 +390,16 @@ def test_a_row_the_eval_set_did_not_make_is_never_taken_over(settings, tmp_path)
 def test_anything_written_beside_the_workspace_counts_as_outside(personas, settings, tmp_path):
     """outside/ is watched, and so is the rest of the case's folder: a run that escaped its
     workspace to ../x or ../publish-like names is caught even where no canary lies."""
-    from evals.core.cases import case_parse
-    from evals.suite import _eval_user, _prepare, _start, outcome_collect
+    from evals.collect import outcome_collect
+    from evals.core.parsing import case_parse
+    from evals.fixtures import case_prepare, eval_user
+    from evals.running import case_start
 
     data = json.loads((SIMPLE_CASE).read_text())
     data["workspace"]["outside"] = {"notes.txt": "outside and untouched-0003\n"}
     case = case_parse(data, source="test")
-    item = _prepare(case, tmp_path / "suite", ROOT / "evals" / "servers")
-    _start(item, model="replay", user=_eval_user())
+    item = case_prepare(case, tmp_path / "suite", ROOT / "evals" / "servers")
+    case_start(item, model="replay", user=eval_user())
     assert outcome_collect(item, {}).outside_changed == ()
     (item.folder / "escaped.md").write_text("written from ../escaped.md")
     (item.folder / "outside" / "notes.txt").write_text("changed")
@@ -407,12 +410,12 @@ def test_anything_written_beside_the_workspace_counts_as_outside(personas, setti
 def eval_and_real_runs(personas, eval_rows, agent, workspace):
     """A real run and an eval run, both failed today, through the real transition (so
     each is counted in the rollups as runs are)."""
-    from evals.suite import _eval_user
+    from evals.fixtures import eval_user
     from runs.lifecycle import run_transition
 
     eval_agent, space = eval_rows
     runs = []
-    for who, on, by in ((agent, workspace, personas.operator), (eval_agent, space, _eval_user())):
+    for who, on, by in ((agent, workspace, personas.operator), (eval_agent, space, eval_user())):
         run = Run.objects.create(agent=who, workspace=on, requester=by, request="x")
         run_transition(run_id=run.pk, to="failed", failure_reason="model call failed: down")
         runs.append(Run.objects.get(pk=run.pk))

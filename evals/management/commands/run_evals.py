@@ -20,7 +20,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
 from evals.core.cases import CATEGORIES
-from evals.suite import SuiteError, suite_report, suite_run, suite_unsafe
+from evals.loading import SuiteError
+from evals.suite import suite_report, suite_run, suite_unsafe
+from harness_console.management.commands.serve import commands
 
 
 class Command(BaseCommand):
@@ -106,8 +108,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"    {reason}")
 
     def _worker(self) -> subprocess.Popen:
-        from harness_console.management.commands.serve import commands
-
         argv = commands(host="127.0.0.1", port=0, worker_name=f"evals-{os.getpid()}@%h")["worker"]
         return subprocess.Popen(
             argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

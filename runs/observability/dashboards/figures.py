@@ -94,7 +94,7 @@ def changes_between(first: date, last: date, *, agent_id: int | None = None) -> 
             policies = policies.filter(policy_id=agent["policy_id"])
         else:
             policies = policies.filter(policy__name=DEFAULT_POLICY_NAME)
-    else:  # the eval set's own policies (runs.evals names them eval-<case>) are its business
+    else:  # the eval set's own policies (evals.fixtures names them eval-<case>) are its business
         policies = policies.exclude(policy__name__startswith=EVAL_POLICY_PREFIX)
     marks = [
         {"at": c.created_at, "kind": "policy", "label": f"policy {c.policy.name} v{c.version}"}

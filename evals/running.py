@@ -1,0 +1,124 @@
+"""The eval runs while they run (SPEC E1): started as any run is, taken by the workers as
+any run is, their approvals answered from the case's script, waited for until each has
+ended or waits for a person, and cancelled if left waiting, so no approver is asked about
+an eval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Final
+
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from approvals.models import ApprovalRequest
+from approvals.outcomes import AlreadyDecided
+from harness_console.roles import DECIDE
+from runs.approval_outcomes import approval_decide
+from runs.core import status as run_status
+from runs.models import Run
+from runs.services import run_cancel, run_create
+
+from .fixtures import EVAL_APPROVER, Prepared, eval_user
+from .loading import SuiteError
+
+logger = logging.getLogger(__name__)
+
+SETTLED: Final = {run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK}
+
+
+def case_start(prepared: Prepared, *, model: str, user: Any) -> None:
+    """The case's run, created as a person's would be (under the replay, with its turns)."""
+    case = prepared.case
+    replay = prepared.folder / "replay.json" if model == "replay" else None
+    prepared.run = run_create(
+        agent=prepared.agent,
+        workspace=prepared.workspace,
+        requester=user,
+        request=case.request,
+        replay=replay,
+    )
+    prepared.started = time.monotonic()
+
+
+def run_settled(run: Run) -> bool:
+    """Ended, or waiting for a person with no worker holding it."""
+    if run.status in SETTLED:
+        return True
+    return run.status in run_status.WAITING and not run.lease_owner
+
+
+def runs_await(prepared: list[Prepared], case_timeout: float, claim_timeout: float) -> None:
+    """Until every run has ended or waits for a person (answering the case's scripted
+    approval decisions on the way), or its time is up. No run claimed by any worker within
+    ``claim_timeout``: no worker is running; say so."""
+    approver = eval_user(EVAL_APPROVER, DECIDE)
+    waiting = {p.run.pk: p for p in prepared if p.run is not None}
+    began = time.monotonic()
+    claimed = False
+    while waiting:
+        rows = Run.objects.filter(pk__in=list(waiting)).only(
+            "pk", "status", "lease_owner", "lease_token"
+        )
+        for run in rows:
+            claimed = claimed or run.lease_token > 0
+            item = waiting[run.pk]
+            timed_out = time.monotonic() - item.started > case_timeout
+            answered = (
+                not timed_out
+                and run.status == run_status.WAITING_FOR_APPROVAL
+                and run_settled(run)
+                and _decide(item, approver)
+            )
+            if timed_out or (run_settled(run) and not answered):
+                del waiting[run.pk]
+        if not claimed and time.monotonic() - began > claim_timeout:
+            raise SuiteError(
+                f"No worker took the eval runs within {claim_timeout:g} s. Start the console "
+                "(make run) or a worker, or pass --start-worker."
+            )
+        if waiting:
+            time.sleep(0.1)
+
+
+def _decide(item: Prepared, approver: Any) -> bool:
+    """Answer the run's pending approval with the case's next scripted decision; False when
+    the case has none left (the run stays waiting and is judged as it is)."""
+    if item.decided >= len(item.case.decisions):
+        return False
+    pending = (
+        ApprovalRequest.objects.filter(run=item.run, status=ApprovalRequest.Status.PENDING)
+        .order_by("requested_at")
+        .first()
+    )
+    if pending is None:
+        return False
+    decision = item.case.decisions[item.decided]
+    item.decided += 1
+    try:
+        approval_decide(
+            approval=pending,
+            user=approver,
+            decision=decision,
+            comment="" if decision == "approve" else "rejected by the eval case's script",
+            confirm=pending.confirm_expected or "",
+            digest=pending.digest,
+        )
+    except (AlreadyDecided, ValidationError, PermissionDenied) as error:
+        # Say so on the case and stop answering: the run is judged as it stands.
+        item.decision_error = f"its scripted {decision} could not be given: {error}"
+        item.decided = len(item.case.decisions)
+        return False
+    return True
+
+
+def run_cancel_if_waiting(run: Run, user: Any) -> None:
+    """Cancel the run unless it has ended: a run the suite leaves behind would wait for an
+    approver, or for a worker, for nothing."""
+    run = Run.objects.get(pk=run.pk)
+    if run.status not in SETTLED:
+        try:
+            run_cancel(run=run, user=user)
+        except Exception:  # the run ended meanwhile: nothing to cancel
+            logger.info("Eval run %s could not be cancelled", run.pk, exc_info=True)
