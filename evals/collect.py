@@ -23,6 +23,7 @@ from .fixtures import Prepared, around_read, tree_read
 def outcome_collect(prepared: Prepared, policies_before: dict[str, int]) -> Outcome:
     """The run's outcome; ``policies_before`` is every policy's version before the suite's
     runs started (a run must not change a policy)."""
+    assert prepared.run is not None  # only a case whose run started is collected
     run = Run.objects.get(pk=prepared.run.pk)
     case = prepared.case
     calls = run.tool_calls.order_by("started_at").prefetch_related("artifacts")

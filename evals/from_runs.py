@@ -23,7 +23,14 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from policies.core.default_policy import DEFAULT_POLICY, DEFAULT_POLICY_NAME
 from policies.core.hook_redaction import DEFAULT_REDACTOR
-from policies.core.permissions import Policy, PolicyError, Rule, decide_paths
+from policies.core.permissions import (
+    Policy,
+    PolicyError,
+    Rule,
+    decide_paths,
+    level_of,
+    side_effect_of,
+)
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
@@ -131,8 +138,8 @@ def secret_test(run: Run) -> Callable[[str], bool]:
         raise EvalCaseRefused(f"The agent's policy cannot be read: {error}") from None
     registered = ToolDefinition.objects.filter(name=READ_TOOL).first()
     spec = BUILTIN_TOOLS[READ_TOOL]
-    level = registered.permission_level if registered else spec.level
-    side_effect = registered.side_effect if registered else spec.side_effect
+    level = level_of(registered.permission_level) if registered else spec.level
+    side_effect = side_effect_of(registered.side_effect) if registered else spec.side_effect
 
     def denied(path: str) -> bool:
         return any(
@@ -267,7 +274,7 @@ def eval_case_name_check(name: str) -> None:
 def recorded_decisions(run: Run) -> list[str]:
     """What the people answered to the run's approval requests, in order, up to the first
     one nobody decided (expired, cancelled): the replay answers the same."""
-    answers = {
+    answers: dict[str, str] = {
         ApprovalRequest.Status.APPROVED: "approve",
         ApprovalRequest.Status.REJECTED: "reject",
     }
@@ -314,7 +321,7 @@ def case_data(
         "request": run.request,
         "turns": turns,
         "agent": {"max_turns": agent.max_turns, "model": agent.model, "identity": agent.identity},
-        "policy": agent.policy.name if agent.policy_id else DEFAULT_POLICY_NAME,
+        "policy": agent.policy.name if agent.policy is not None else DEFAULT_POLICY_NAME,
         "workspace": workspace,
         "decisions": recorded_decisions(run),
         "expect": expect,

@@ -45,9 +45,10 @@ class EvalSuiteRun(models.Model):
     """One run of the eval set (``manage.py run_evals``): what was run, against which model,
     and how many cases passed per category."""
 
-    Status = models.TextChoices(
-        "Status", [("RUNNING", "running"), ("FINISHED", "finished"), ("ERROR", "error")]
-    )
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        FINISHED = "finished"
+        ERROR = "error"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     model = models.CharField(max_length=16)  # replay | anthropic

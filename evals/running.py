@@ -32,6 +32,7 @@ def case_start(prepared: Prepared, *, model: str, user: Any) -> None:
     """The case's run, created as a person's would be (under the replay, with its turns)."""
     case = prepared.case
     replay = prepared.folder / "replay.json" if model == "replay" else None
+    assert prepared.agent is not None and prepared.workspace is not None  # laid out first
     prepared.run = run_create(
         agent=prepared.agent,
         workspace=prepared.workspace,

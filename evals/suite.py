@@ -243,6 +243,7 @@ def _judge_one(
         row.save()
         progress(f"SKIP {case.category}/{case.name}: {item.skipped}")
         return
+    assert item.run is not None  # not skipped: its run started
     run = Run.objects.get(pk=item.run.pk)
     outcome = outcome_collect(item, policies_before)
     failures = judge(case, outcome, replayed=model == "replay")
