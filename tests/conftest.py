@@ -27,6 +27,7 @@ from runs.models import Run
 from runs.services import run_create
 
 from .fake_anthropic import FakeAnthropic
+from .helpers import BROKEN, FIX
 from .otlp_receiver import OtlpReceiver
 from .stack import CHROMIUM_ARGS, CHROMIUM_EXECUTABLE, LiveStack, clear_broker_folder
 from .webhook_sink import WebhookSink
@@ -117,9 +118,25 @@ def run(personas: Personas, agent: Agent, workspace: Workspace) -> Run:
         agent=agent,
         workspace=workspace,
         requester=personas.operator,
-        request="Fix the broken link in docs/configuration.md",
+        request=FIX,
         dispatch=False,
     )
+
+
+@pytest.fixture
+def docs(workspace: Workspace) -> Path:
+    """The workspace's docs/ folder as the fix-link replay expects it: configuration.md links
+    to a page that is not there, getting-started.md is the page it meant.
+
+    Only these two files: tests read, compare and roll back this folder, so a module whose
+    tests need another page overrides ``docs`` with a fixture of its own that takes this one
+    and adds that page, and no other module's folder changes.
+    """
+    folder = workspace.root_path / "docs"
+    folder.mkdir()
+    (folder / "configuration.md").write_text(BROKEN)
+    (folder / "getting-started.md").write_text("# Getting started\n")
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -168,14 +185,6 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
         **browser_type_launch_args,
         "executable_path": CHROMIUM_EXECUTABLE,
         "args": CHROMIUM_ARGS,
-    }
-
-
-def session_cookie_for(client, user: User) -> dict[str, str]:
-    client.force_login(user)
-    return {
-        "name": settings.SESSION_COOKIE_NAME,
-        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
     }
 
 

@@ -12,22 +12,11 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
-from runs import flow
 from runs.models import Run
 from tests.conftest import SEEDED
+from tests.helpers import BROKEN, FIX, drive
 
 pytestmark = SEEDED
-
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
 
 
 def client_for(user) -> APIClient:
@@ -42,11 +31,6 @@ def submit(user, agent, workspace, request=FIX):
         {"agent": agent.slug, "workspace": workspace.slug, "request": request},
         format="json",
     )
-
-
-def drive(run_id) -> Run:
-    flow.run_drive(run_id=run_id, worker="api-test")
-    return Run.objects.get(pk=run_id)
 
 
 def test_submit_returns_the_intake_and_the_lifecycle_runs_through_the_api(

@@ -15,39 +15,21 @@ from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
 from policies.models import Agent
-from runs import flow
 from runs.models import Run
 from runs.services import run_answer, run_create
 from tests.conftest import SEEDED
+from tests.helpers import BROKEN, FIX, drive, driven
 
 pytestmark = SEEDED
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
 DELETE = "Delete the old FAQ page"
 
 
 @pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    (workspace.root_path / "docs" / "old-faq.md").write_text("# Old FAQ\n")
-    return workspace.root_path / "docs"
-
-
-def driven(personas, agent, workspace, request=FIX, user=None) -> Run:
-    """A run driven in this process until it waits for a person."""
-    run = run_create(
-        agent=agent,
-        workspace=workspace,
-        requester=user or personas.operator,
-        request=request,
-        dispatch=False,
-    )
-    flow.run_drive(run_id=run.pk, worker="approval-pages")
-    run.refresh_from_db()
-    return run
+def docs(docs):
+    """The shared docs/ folder and the old FAQ page, which DELETE asks to delete."""
+    (docs / "old-faq.md").write_text("# Old FAQ\n")
+    return docs
 
 
 def waiting_approval(run: Run) -> ApprovalRequest:
@@ -58,7 +40,7 @@ def delete_approval(personas, agent, workspace) -> ApprovalRequest:
     """A deleteFile tool call that asks for a strong confirmation (type the path)."""
     run = driven(personas, agent, workspace, request=DELETE)
     run_answer(run=run, user=personas.operator, answers={"path": "docs/old-faq.md"})
-    flow.run_drive(run_id=run.pk, worker="approval-pages")
+    drive(run)
     approval = waiting_approval(run)
     assert approval.strong_confirmation and approval.tool == "deleteFile"
     return approval
@@ -376,8 +358,7 @@ def test_approving_resumes_the_run_and_goes_on_to_the_queue(
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.decided_by == personas.approver
     assert approval.comment == "Looks right"
-    flow.run_drive(run_id=run.pk, worker="approval-pages")
-    run.refresh_from_db()
+    drive(run)
     assert run.status == "completed", run.failure_reason
     assert "getting-started.md" in (docs / "configuration.md").read_text()
     record = page(client, "approvals:review", approval.pk)
@@ -455,7 +436,7 @@ def test_a_wrong_strong_confirmation_is_refused_and_the_right_one_approves(
     assert (docs / "old-faq.md").exists()
     response = decide(client, approval, decision="approve", confirm="docs/old-faq.md")
     assert response.status_code == 302
-    flow.run_drive(run_id=approval.run_id, worker="approval-pages")
+    drive(approval.run_id)
     assert not (docs / "old-faq.md").exists()
 
 
@@ -490,8 +471,7 @@ def test_an_edit_that_applies_is_approved_recorded_and_committed(
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.edited_diff == edited
     assert ApprovalDecision.objects.get(approval=approval).edited_diff == edited
-    flow.run_drive(run_id=run.pk, worker="approval-pages")
-    run.refresh_from_db()
+    drive(run)
     assert run.status == "completed", run.failure_reason
     assert (docs / "configuration.md").read_text() == "# Configuration\n\nSee the guide.\n"
     review = page(client, "approvals:review", approval.pk)

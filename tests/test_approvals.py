@@ -25,44 +25,18 @@ from approvals.tasks import reminders_send
 from harness_console.roles import APPROVER
 from policies.models import Policy
 from policies.permissions import policy_bump_version
-from runs import flow
 from runs.approval_outcomes import approval_decide, approvals_expire_due
 from runs.models import Message, Run, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED, make_user
+from tests.helpers import BROKEN, FIX, drive, driven
 from tests.webhook_sink import WebhookSink
 
 pytestmark = SEEDED
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIXED = "# Configuration\n\nSee [the guide](getting-started.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
-
-
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
-    return run
-
 
 def waiting_commit(personas, agent, workspace) -> tuple[Run, ApprovalRequest]:
-    run = drive(
-        run_create(
-            agent=agent,
-            workspace=workspace,
-            requester=personas.operator,
-            request=FIX,
-            dispatch=False,
-        )
-    )
+    run = driven(personas, agent, workspace)
     assert run.status == "waiting_for_approval", run.failure_reason
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 

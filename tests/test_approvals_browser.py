@@ -13,27 +13,20 @@ from approvals.models import ApprovalRequest
 from runs.approval_outcomes import approval_decide
 from runs.models import Run
 from runs.services import run_answer, run_create
-from tests.conftest import EVERYWHERE, session_cookie_for
+from tests.conftest import EVERYWHERE
+from tests.helpers import BROKEN, FIX, login
 from tests.stack import off_loop, wait_until
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
 DELETE = "Delete the old FAQ page"
 
 
 @pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    (workspace.root_path / "docs" / "old-faq.md").write_text("# Old FAQ\n")
-    return workspace.root_path / "docs"
-
-
-def login(page: Page, stack, client, user) -> None:
-    page.context.add_cookies([{**session_cookie_for(client, user), "url": stack.url}])
+def docs(docs):
+    """The shared docs/ folder and the old FAQ page, which DELETE asks to delete."""
+    (docs / "old-faq.md").write_text("# Old FAQ\n")
+    return docs
 
 
 def submit(personas, agent, workspace, request: str = FIX) -> Run:

@@ -10,12 +10,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from runs import flow
 from runs.models import ModelCall, ModelPrice, Run
 from runs.observability.core import cost
 from runs.observability.pricing import call_cost, price_version_create
 from runs.services import run_create
 from tests.conftest import SEEDED
+from tests.helpers import drive, driven
 
 SONNET = cost.Price(
     1,
@@ -26,7 +26,6 @@ SONNET = cost.Price(
     Decimal("3.75"),
     Decimal("0.30"),
 )
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
 
 
 def test_each_kind_of_token_is_priced_once_at_its_own_rate():
@@ -141,11 +140,10 @@ def test_the_admin_saves_a_changed_price_as_a_new_version(client, personas):
 
 
 @pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    (workspace.root_path / "docs" / "guide.md").write_text("# Guide\n\nInstall it.\n")
+def docs(docs):
+    """The shared docs/ folder and the guide that ``ask``'s question is about."""
+    (docs / "guide.md").write_text("# Guide\n\nInstall it.\n")
+    return docs
 
 
 @pytest.fixture
@@ -160,26 +158,12 @@ def api(monkeypatch):
     fake.close()
 
 
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
-    return run
-
-
 def ask(personas, agent, workspace, api, answers) -> Run:
     """A question no replay script matches, answered by ``answers`` through the SDK."""
     from tests.fake_anthropic import message
 
     api.answers += [message(content, **kwargs) for content, kwargs in answers]
-    return drive(
-        run_create(
-            agent=agent,
-            workspace=workspace,
-            requester=personas.operator,
-            request="What does docs/guide.md say?",
-            dispatch=False,
-        )
-    )
+    return driven(personas, agent, workspace, request="What does docs/guide.md say?")
 
 
 READ = [

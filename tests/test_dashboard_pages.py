@@ -30,11 +30,11 @@ from runs.observability.synthetic import history_generate
 from runs.services import run_create
 from runs.templatetags.money import usd
 from tests.conftest import EVERYWHERE
+from tests.helpers import FIX
 from tests.test_run_websocket import _connect, _receive_all, cookie
 
 pytestmark = pytest.mark.django_db
 
-FIX = "Fix the broken link in docs/configuration.md"
 PAGES = ("dashboards", "dashboards:ops", "dashboards:retro")
 CHARTS = (
     "runs-per-day",

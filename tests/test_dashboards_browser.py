@@ -14,36 +14,13 @@ from approvals.models import ApprovalRequest
 from runs.approval_outcomes import approval_decide
 from runs.observability.synthetic import history_generate
 from runs.services import run_create
-from tests.conftest import EVERYWHERE, session_cookie_for
+from tests.conftest import EVERYWHERE
+from tests.helpers import FIX, console_errors, login
 from tests.stack import off_loop
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
 CHARTS = 9  # one per figure of the retrospective
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
-
-
-def login(page: Page, stack, client, user) -> None:
-    page.context.add_cookies([{**session_cookie_for(client, user), "url": stack.url}])
-
-
-def console_errors(page: Page) -> list[str]:
-    """Every console error and uncaught exception of the page, from now on."""
-    errors: list[str] = []
-    page.on(
-        "console", lambda message: errors.append(message.text) if message.type == "error" else None
-    )
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    return errors
 
 
 def click_plot_point(page: Page, chart: str) -> None:

@@ -14,13 +14,13 @@ from django.utils.html import escape
 
 from approvals.models import ApprovalRequest
 from policies.models import Agent, Workspace
-from runs import flow
 from runs.approval_outcomes import approval_decide
 from runs.core.intake import intake
 from runs.models import ModelCall, Run, ToolCall, WriteRecord
 from runs.replays import replay_scripts
 from runs.services import run_create
 from tests.conftest import SEEDED
+from tests.helpers import drive
 
 pytestmark = SEEDED
 
@@ -65,12 +65,6 @@ def start(demo, personas, request: str) -> Run:
     assert run.model_label == "offline replay", run.model_label
     assert Path(run.replay_script).parent == DEMO_REPLAYS
     return drive(run)
-
-
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="demo-test-worker")
-    run.refresh_from_db()
-    return run
 
 
 def calls(run: Run) -> list[tuple[str, str, str]]:

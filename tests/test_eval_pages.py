@@ -24,14 +24,13 @@ from evals.loading import cases_load
 from evals.models import EvalCase, EvalResult, EvalSuiteRun
 from evals.suite import suite_report
 from runs.models import Message, ModelCall, Run, RunEvent, ToolCall, WriteRecord
+from tests.helpers import BROKEN, FIX, FIXED
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded")]
 
 WHO = ("admin", "approver", "operator", "ops", "outsider")
 SEE = {"admin", "approver", "ops"}  # evals.view_evalsuiterun
 ADD = {"admin", "ops"}  # evals.add_evalcase
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIXED = "# Configuration\n\nSee [the guide](getting-started.md).\n"
 SECRET = "API_KEY=sk-live-do-not-copy-4f9a2b7c"
 REASON = (
     "verification failed: docs/configuration.md still links to a missing page "
@@ -100,7 +99,7 @@ def failed_run(personas, agent, workspace, *, status: str = "failed", turns: boo
         agent=agent,
         workspace=workspace,
         requester=personas.operator,
-        request="Fix the broken link in docs/configuration.md",
+        request=FIX,
         status=status,
         failure_reason=REASON if status == "failed" else "",
     )

@@ -9,21 +9,13 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from evals.models import EvalResult, EvalSuiteRun
-from tests.conftest import EVERYWHERE, session_cookie_for
+from tests.conftest import EVERYWHERE
+from tests.helpers import console_errors, login
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]
-
-
-def console_errors(page: Page) -> list[str]:
-    errors: list[str] = []
-    page.on(
-        "console", lambda message: errors.append(message.text) if message.type == "error" else None
-    )
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    return errors
 
 
 def finished_suite(started: datetime, model: str, passed: dict[str, tuple[int, int]]):
@@ -50,7 +42,7 @@ def test_the_evals_page_draws_the_pass_rates_and_a_point_opens_its_suite(
     )
     finished_suite(now, "anthropic", {"simple": (1, 1), "malicious": (0, 1)})
     errors = console_errors(page)
-    page.context.add_cookies([{**session_cookie_for(client, personas.ops), "url": live_stack.url}])
+    login(page, live_stack, client, personas.ops)
 
     page.goto(f"{live_stack.url}/evals/")
     plot = page.locator("#chart-eval-pass-rate .js-plotly-plot")

@@ -9,7 +9,6 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.outcomes import AlreadyDecided
-from runs import flow
 from runs.approval_outcomes import approval_decide
 from runs.flow.driver import MAX_CLAIMS
 from runs.flow.harness_calls import path_id
@@ -17,25 +16,9 @@ from runs.models import Message, ModelCall, Run, ToolCall, WriteRecord
 from runs.services import run_answer, run_cancel, run_create, run_rollback
 from runs.tools.rollback import RollbackRefused
 from tests.conftest import SEEDED
+from tests.helpers import BROKEN, FIXED, drive
 
 pytestmark = SEEDED
-
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIXED = "# Configuration\n\nSee [the guide](getting-started.md).\n"
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
-
-
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
-    return run
 
 
 def types(run: Run) -> list[str]:

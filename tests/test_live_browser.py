@@ -12,7 +12,8 @@ from playwright.sync_api import Page, expect
 from runs.events import run_event_append as _append
 from runs.models import Run
 from runs.services import run_create
-from tests.conftest import EVERYWHERE, PASSWORD, session_cookie_for
+from tests.conftest import EVERYWHERE, PASSWORD
+from tests.helpers import FIX, login
 from tests.stack import off_loop
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]
@@ -20,9 +21,6 @@ pytestmark = [EVERYWHERE, pytest.mark.browser]
 
 def run_event_append(**kwargs):
     return off_loop(_append, **kwargs)
-
-
-FIX = "Fix the broken link in docs/configuration.md"
 
 
 def _held(run: Run) -> Run:
@@ -61,20 +59,10 @@ def timeline_seqs(page: Page) -> list[int]:
     ]
 
 
-def login(page: Page, stack, client, user) -> None:
-    page.context.add_cookies([{**session_cookie_for(client, user), "url": stack.url}])
-
-
 @pytest.mark.usefixtures("seeded")
 def test_an_approver_follows_a_run_live_and_approves_it_in_the_browser(
-    live_stack, page, client, personas, agent, workspace
+    live_stack, page, client, personas, agent, workspace, docs
 ):
-    docs = workspace.root_path / "docs"
-    docs.mkdir()
-    (docs / "getting-started.md").write_text("# Getting started\n")
-    (workspace.root_path / "docs" / "configuration.md").write_text(
-        "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-    )
     run = off_loop(
         run_create, agent=agent, workspace=workspace, requester=personas.operator, request=FIX
     )

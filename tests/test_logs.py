@@ -28,7 +28,6 @@ from tests.test_settings_env import load_settings
 
 pytestmark = SEEDED
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
 LOG_PROBE = (
     "import django, logging; django.setup(); from django.conf import settings; "
     "from harness_console.logging import run_log_context; "
@@ -77,14 +76,6 @@ def json_lines() -> Iterator[Capture]:
 @pytest.fixture
 def text_lines() -> Iterator[Capture]:
     yield from capture("text")
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
 
 
 def lines_of(handler: Capture) -> list[dict]:

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from approvals.models import ApprovalRequest
 from policies.models import Agent, Workspace
-from runs import flow
 from runs.approval_outcomes import approval_decide
 from runs.core.failures import KINDS, OTHER, failure_kind
 from runs.models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
@@ -30,8 +29,7 @@ from runs.observability.rollups import cells_from_raw, day_of, rollups_reconcile
 from runs.observability.synthetic import FAILURES, history_generate
 from runs.services import run_rollback
 from tests.conftest import SEEDED, prices_seed
-
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
+from tests.helpers import drive
 
 
 # --- pure parts ----------------------------------------------------------------------------
@@ -287,19 +285,6 @@ def test_reconciliation_repairs_cells_that_went_wrong(places, personas):
 
 
 # --- as runs really finish -----------------------------------------------------------------
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-
-
-def _drive(run):
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
-    return run
-
-
 @pytest.mark.usefixtures(*SEEDED[1].args)
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(personas, run, docs):
@@ -312,7 +297,7 @@ def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(pers
         request=run.request,
         dispatch=False,
     )
-    run, other = _drive(run), _drive(other)
+    run, other = drive(run), drive(other)
     approval_decide(
         approval=ApprovalRequest.objects.get(run=other),
         user=personas.approver,
@@ -324,7 +309,7 @@ def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(pers
     approval_decide(
         approval=ApprovalRequest.objects.get(run=run), user=personas.approver, decision="approve"
     )
-    run = _drive(run)
+    run = drive(run)
     assert run.status == "completed"
 
     cell = DailyRollup.objects.get(day=day_of(run.finished_at))

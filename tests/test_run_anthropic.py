@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from runs import flow
 from runs.core.intake import intake
 from runs.models import Message, ModelCall, Run, RunEvent, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED
 from tests.fake_anthropic import FakeAnthropic, error, message
+from tests.helpers import drive
 
 pytestmark = SEEDED
 
@@ -67,12 +67,6 @@ def ask(personas, agent, workspace) -> Run:
         dispatch=False,
     )
     assert (run.model_label, run.replay_script, run.model_name) == ("anthropic", "", agent.model)
-    return run
-
-
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
     return run
 
 

@@ -14,16 +14,14 @@ import pytest
 from django.utils import timezone
 
 from policies.models import HookBinding
-from runs import flow
 from runs.models import Artifact, Message, ModelCall, Run, RunEvent, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED
+from tests.helpers import BROKEN, FIX, drive
 from tests.webhook_sink import WebhookSink
 
 pytestmark = SEEDED
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX_LINK = "Fix the broken link in docs/configuration.md"  # tests/replays/fix-link.json
 SUMMARY = "Summarize docs/team-notes.md"  # tests/replays/hooks-summary.json
 
 
@@ -32,15 +30,6 @@ def receiver():
     server = WebhookSink()
     yield server
     server.close()
-
-
-@pytest.fixture
-def docs(workspace):
-    folder = workspace.root_path / "docs"
-    folder.mkdir()
-    (folder / "configuration.md").write_text(BROKEN)
-    (folder / "getting-started.md").write_text("# Getting started\n")
-    return folder
 
 
 def start(personas, agent, workspace, request: str) -> Run:
@@ -52,12 +41,6 @@ def start(personas, agent, workspace, request: str) -> Run:
         dispatch=False,
     )
     assert run.model_label == "offline replay", "no replay script matched the request"
-    return run
-
-
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
     return run
 
 
@@ -98,7 +81,7 @@ def test_a_change_freeze_refuses_the_write_and_says_which_hook_and_why(
     personas, agent, workspace, docs
 ):
     bind(agent, "pre_tool_use", "change-freeze", freeze_settings())
-    run = drive(start(personas, agent, workspace, FIX_LINK))
+    run = drive(start(personas, agent, workspace, FIX))
 
     # The read went on (read-only tools run during a freeze); the write was refused.
     read = ToolCall.objects.get(run=run, tool="readSource")
@@ -139,7 +122,7 @@ def broken_binding(agent, *, fail_open: bool) -> HookBinding:
 
 def test_a_handler_whose_settings_no_longer_build_fails_closed(personas, agent, workspace, docs):
     binding = broken_binding(agent, fail_open=False)
-    run = drive(start(personas, agent, workspace, FIX_LINK))
+    run = drive(start(personas, agent, workspace, FIX))
 
     calls = ToolCall.objects.filter(run=run).order_by("started_at")
     assert [(c.tool, c.status, c.rule) for c in calls] == [
@@ -162,7 +145,7 @@ def test_a_crashing_fail_open_handler_is_skipped_and_the_run_says_so(
     personas, agent, workspace, docs
 ):
     broken_binding(agent, fail_open=True)
-    run = drive(start(personas, agent, workspace, FIX_LINK))
+    run = drive(start(personas, agent, workspace, FIX))
 
     calls = {c.tool: c for c in ToolCall.objects.filter(run=run)}
     assert calls["readSource"].status == "ok"

@@ -4,40 +4,13 @@ runs driven in this process. The browser and the real worker are in test_runs_li
 
 from __future__ import annotations
 
-import pytest
 from django.urls import reverse
 
 from approvals.models import ApprovalRequest
-from runs import flow
-from runs.models import Run
-from runs.services import run_create
 from tests.conftest import SEEDED
+from tests.helpers import BROKEN, FIX, drive, driven
 
 pytestmark = SEEDED
-
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
-
-
-def new_run(personas, agent, workspace, request=FIX, user=None) -> Run:
-    run = run_create(
-        agent=agent,
-        workspace=workspace,
-        requester=user or personas.operator,
-        request=request,
-        dispatch=False,
-    )
-    flow.run_drive(run_id=run.pk, worker="pages-test")
-    run.refresh_from_db()
-    return run
 
 
 def test_the_form_offers_the_replay_examples_and_an_example_fills_it(
@@ -53,8 +26,8 @@ def test_the_form_offers_the_replay_examples_and_an_example_fills_it(
 
 
 def test_the_list_filters_by_status_agent_and_requester(client, personas, agent, workspace, docs):
-    mine = new_run(personas, agent, workspace)
-    theirs = new_run(personas, agent, workspace, user=personas.admin)
+    mine = driven(personas, agent, workspace)
+    theirs = driven(personas, agent, workspace, user=personas.admin)
     client.force_login(personas.ops)
     url = reverse("runs:list")
     by_requester = client.get(url, {"requester": "ada-admin"}).content.decode()
@@ -67,7 +40,7 @@ def test_the_list_filters_by_status_agent_and_requester(client, personas, agent,
 def test_the_run_page_shows_the_task_the_model_label_and_who_may_decide(
     client, personas, agent, workspace, docs
 ):
-    run = new_run(personas, agent, workspace)
+    run = driven(personas, agent, workspace)
     url = reverse("runs:detail", args=[run.pk])
     client.force_login(personas.approver)
     page = client.get(url).content.decode()
@@ -91,7 +64,7 @@ def test_the_run_page_shows_the_task_the_model_label_and_who_may_decide(
 def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
     client, personas, agent, workspace, docs
 ):
-    run = new_run(personas, agent, workspace)
+    run = driven(personas, agent, workspace)
     approval = ApprovalRequest.objects.get(run=run)
     run_page = reverse("runs:detail", args=[run.pk])
     client.force_login(personas.approver)
@@ -106,8 +79,7 @@ def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
     assert ApprovalRequest.objects.get(pk=approval.pk).status == "pending"
     approved = client.post(decide, {"decision": "approve", **back})
     assert (approved.status_code, approved["Location"]) == (302, run_page)
-    flow.run_drive(run_id=run.pk, worker="pages-test")
-    run.refresh_from_db()
+    drive(run)
     assert run.status == "completed"
     page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
     assert "Roll back" in page
@@ -118,7 +90,7 @@ def test_deciding_from_the_page_resumes_the_run_and_rolling_back_restores(
 
 
 def test_the_answer_form_resumes_the_intake(client, personas, agent, workspace):
-    run = new_run(personas, agent, workspace, request="Delete the old FAQ page")
+    run = driven(personas, agent, workspace, request="Delete the old FAQ page")
     client.force_login(personas.operator)
     page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
     assert "Which file" in page and 'name="answer-path"' in page
@@ -133,7 +105,7 @@ def test_the_answer_form_resumes_the_intake(client, personas, agent, workspace):
 
 
 def test_cancel_from_the_page_and_who_may(client, personas, agent, workspace, docs):
-    run = new_run(personas, agent, workspace)
+    run = driven(personas, agent, workspace)
     client.force_login(personas.ops)
     assert client.post(reverse("runs:cancel", args=[run.pk])).status_code == 403
     client.force_login(personas.outsider)
@@ -148,7 +120,7 @@ def test_cancel_from_the_page_and_who_may(client, personas, agent, workspace, do
 def test_a_finished_question_shows_the_agents_answer(client, personas, agent, workspace):
     (workspace.root_path / "docs").mkdir()
     (workspace.root_path / "docs" / "release-notes.md").write_text("# Notes\n\nShort.\n")
-    run = new_run(personas, agent, workspace, request="Summarize docs/release-notes.md")
+    run = driven(personas, agent, workspace, request="Summarize docs/release-notes.md")
     assert run.status == "completed"
     client.force_login(personas.ops)
     page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()

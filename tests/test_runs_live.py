@@ -29,22 +29,12 @@ from runs.models import Message, ModelCall, Run, RunEvent, ToolCall, WriteRecord
 from runs.services import run_create
 from tests.conftest import FAKE_KEY, SEEDED
 from tests.fake_anthropic import message
+from tests.helpers import BROKEN, FIX, FIXED
 from tests.stack import wait_until
 
 pytestmark = SEEDED
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIXED = "# Configuration\n\nSee [the guide](getting-started.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
 TERMINAL = ("completed", "failed", "rolled_back")
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
 
 
 def api(stack, user, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:

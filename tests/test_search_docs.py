@@ -23,6 +23,8 @@ def search(workspace, query):
 
 @pytest.fixture
 def docs(workspace):
+    """Not the shared broken-link folder: pages that rank against each other, a page the
+    policy hides and a binary file, which the tests count exactly; the workspace, to search."""
     root = workspace.root_path
     (root / "docs").mkdir()
     (root / "docs" / "install.md").write_text(

@@ -19,19 +19,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from approvals.models import ApprovalRequest
-from runs import flow
 from runs.approval_outcomes import approval_decide
 from runs.models import ModelCall, ModelPrice, Run, Step
 from runs.observability import telemetry
 from runs.observability.pricing import price_version_create, prices_changed
 from runs.services import run_answer, run_create, run_rollback
 from tests.conftest import SEEDED
+from tests.helpers import FIX, drive
 from tests.stack import wait_until
 
 pytestmark = SEEDED
 
-BROKEN = "# Configuration\n\nSee [the guide](getting-startd.md).\n"
-FIX = "Fix the broken link in docs/configuration.md"
 
 ROOT_ATTRIBUTES = {
     "gen_ai.operation.name",
@@ -119,20 +117,6 @@ def priced(db):
     prices_changed()
     yield
     prices_changed()  # the cached table must not outlive this test's rows
-
-
-@pytest.fixture
-def docs(workspace):
-    (workspace.root_path / "docs").mkdir()
-    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
-    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
-    return workspace.root_path / "docs"
-
-
-def drive(run: Run) -> Run:
-    flow.run_drive(run_id=run.pk, worker="test-worker")
-    run.refresh_from_db()
-    return run
 
 
 def of_run(exporter: InMemorySpanExporter, run: Run) -> list[ReadableSpan]:
