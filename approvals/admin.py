@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from harness_console.web.admin import ReadOnlyAdmin
+from harness_console.web.admin import HidesEvalRows, ReadOnlyAdmin
 
 from .models import ApprovalDecision, ApprovalRequest
 
@@ -28,7 +28,7 @@ class DecisionInline(admin.TabularInline):
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(ReadOnlyAdmin):
+class ApprovalRequestAdmin(HidesEvalRows, ReadOnlyAdmin):
     list_display = ("summary", "kind", "status", "risk", "run", "requested_at", "decided_by")
     list_filter = ("status", "kind", "risk")
     search_fields = ("summary", "tool", "comment")

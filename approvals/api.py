@@ -120,7 +120,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 )
             approvals = approvals.filter(status=value)
             if value == ApprovalRequest.Status.PENDING:  # the queue's: never the eval set's
-                approvals = approvals.exclude(run__agent__for_evals=True)
+                approvals = approvals.without_evals()
         return approvals.order_by("requested_at")
 
     @extend_schema(

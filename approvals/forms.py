@@ -11,9 +11,8 @@ import datetime
 from typing import Any
 
 from django import forms
-from django.db.models import QuerySet
 
-from policies.models import Agent
+from policies.models import Agent, EvalTraffic
 
 from .core.risk import LEVELS
 from .models import ApprovalRequest
@@ -92,7 +91,7 @@ class HistoryFilterForm(forms.Form):
             )
         return result
 
-    def apply(self, requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
+    def apply(self, requests: EvalTraffic) -> EvalTraffic:
         """Narrow ``requests`` by every filter that is valid; without a status, pending
         requests are left out (they belong to the queue)."""
         self.is_valid()
@@ -108,7 +107,7 @@ class HistoryFilterForm(forms.Form):
         if agent := (cleaned.get("agent") or "").strip():
             requests = requests.filter(run__agent__slug=agent)
         else:  # the eval set's scripted decisions: on its agents' pages, not in everyone's
-            requests = requests.exclude(run__agent__for_evals=True)
+            requests = requests.without_evals()
         if kind := cleaned.get("kind") or "":
             requests = requests.filter(kind=kind)
         if "__all__" not in self.errors:

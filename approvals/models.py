@@ -8,16 +8,20 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from policies.models import EvalAware
+
 EDITABLE_TOOLS = frozenset({"commitDraft"})  # tool calls whose patch an approver may edit
 
 
-class ApprovalRequest(models.Model):
+class ApprovalRequest(EvalAware):
     """One question to a person, and its answer; a run waiting on it holds no worker.
 
     Kinds: a tool call the policy asked about (``tool_call``), the commit of a run's drafts
     after verification (``commit``), or a plan the model asked a person to approve
     (``plan``). The decision is taken once: of two concurrent decisions exactly one wins.
     """
+
+    EVAL_FLAG = "run__agent__for_evals"
 
     class Status(models.TextChoices):
         PENDING = "pending"

@@ -189,7 +189,7 @@ def _load(approval_id: Any) -> ApprovalRequest | None:
     answers them itself within seconds)."""
     return (
         ApprovalRequest.objects.select_related("run__agent", "run__workspace", "run__requester")
+        .without_evals()
         .filter(pk=approval_id)
-        .exclude(run__agent__for_evals=True)
         .first()
     )

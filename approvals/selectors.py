@@ -39,8 +39,8 @@ def queue_for(
     eval set's, which its runner answers itself)."""
     pending = (
         ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+        .without_evals()
         .exclude(run__requester=user)
-        .exclude(run__agent__for_evals=True)
         .select_related("run__agent", "run__requester")
         .annotate(risk_rank=RISK_RANK)
     )
@@ -81,7 +81,7 @@ def pending_counts(user: Any) -> dict[str, int]:
     (left to other approvers, A4)."""
     mine = Q(run__requester=user)
     pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
-    return pending.exclude(run__agent__for_evals=True).aggregate(
+    return pending.without_evals().aggregate(
         theirs=Count("pk", filter=~mine), own=Count("pk", filter=mine)
     )
 

@@ -82,9 +82,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     user = request.user
     if not may_decide(user):
         raise PermissionDenied("Only approvers open the approval queue.")
-    agents = list(
-        Agent.objects.filter(for_evals=False).order_by("name").values_list("slug", "name")
-    )
+    agents = list(Agent.objects.without_evals().order_by("name").values_list("slug", "name"))
     form = QueueFilterForm(request.GET, agent_slugs=[slug for slug, _name in agents])
     filters = form.filters()
     pending = queue_for(user, **filters).only(*QUEUE_COLUMNS)
@@ -275,7 +273,7 @@ def approval_history(request: HttpRequest) -> HttpResponse:
         "query": urlencode(form.query()),
         "statuses": ApprovalRequest.Status.choices,
         "kinds": ApprovalRequest.Kind.choices,
-        "agents": Agent.objects.order_by("name").values_list("slug", "name"),
+        "agents": Agent.objects.without_evals().order_by("name").values_list("slug", "name"),
     }
     template = "approvals/history_table.html" if fragment else "approvals/history.html"
     status = 400 if form.errors and not fragment else 200

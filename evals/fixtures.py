@@ -164,7 +164,7 @@ def _ours(model: Any, lookup: dict[str, Any], case: Case) -> None:
     """Refuse to take over a row the eval set did not make (its ``eval-`` name is only a
     convention an admin could have used)."""
     row = model.objects.filter(**lookup).first()
-    if row is not None and not getattr(row, "for_evals", True):
+    if row is not None and not row.for_evals:
         raise CaseError(
             f"{case.source}: a {model._meta.verbose_name} {next(iter(lookup.values()))!r} "
             "exists that the eval set did not make; rename it or the case"
@@ -181,18 +181,16 @@ def _policy_for(case: Case) -> Policy | None:
         return Policy.objects.get(name=spec.base)
     base = Policy.objects.get(name=spec.base)
     name = f"eval-{case.name}"[:63]
-    mine = Policy.objects.filter(name=name).first()
-    if mine is not None and not mine.description.startswith("Eval case "):
-        raise CaseError(
-            f"{case.source}: a policy {name!r} exists that the eval set did not make; "
-            "rename it or the case"
-        )
+    _ours(Policy, {"name": name}, case)
     wanted = [tuple(r[f] for f in RULE_FIELDS) for r in spec.rules] + list(
         base.rules.order_by("order", "id").values_list(*RULE_FIELDS)
     )
     policy, _ = Policy.objects.get_or_create(
         name=name,
-        defaults={"description": f"Eval case {case.name}: {spec.base} with its own rules first."},
+        defaults={
+            "description": f"Eval case {case.name}: {spec.base} with its own rules first.",
+            "for_evals": True,
+        },
     )
     _policy_rules_set(policy, wanted, base.ceiling)
     return policy
@@ -251,6 +249,7 @@ def _mcp_for(case: Case, servers_dir: Path) -> None:
                 "forbidden_paths": list(spec.forbidden_paths),
                 "rate_limit_per_minute": spec.rate_limit_per_minute,
                 "enabled": True,
+                "for_evals": True,
             },
         )
         mcp_discover(server)
@@ -265,14 +264,7 @@ def _mcp_script(case: Case, spec: McpSpec, servers_dir: Path) -> Path:
     script = (servers_dir / f"{spec.server}.py").resolve()
     if not script.is_file() or not script.is_relative_to(servers_dir.resolve()):
         raise CaseError(f"{case.source}: no eval MCP server {spec.server!r} in {servers_dir}")
-    existing = McpServer.objects.filter(name=spec.name).first()
-    if existing is not None and not (
-        existing.args and Path(existing.args[-1]).resolve().parent == servers_dir.resolve()
-    ):
-        raise CaseError(
-            f"{case.source}: an MCP server {spec.name!r} exists that the eval set did not "
-            "make; rename it or the case"
-        )
+    _ours(McpServer, {"name": spec.name}, case)
     return script
 
 

@@ -86,6 +86,7 @@ def mcp_discover(server: McpServer) -> list[str]:
                 timeout_sec=server.timeout_sec,
                 source="mcp",
                 enabled=True,
+                for_evals=server.for_evals,
             )
         else:  # an admin's choices (enabled, level, side effect, timeout) are kept
             existing.description, existing.input_schema = description, tool.input_schema

@@ -37,7 +37,8 @@ def policy_edit_effect(
     """
 
     calls = list(
-        ToolCall.objects.filter(policy_name=edited.name)
+        ToolCall.objects.without_evals()
+        .filter(policy_name=edited.name)
         .exclude(decision="")
         .order_by("-started_at")[:limit]
     )

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from harness_console.web.admin import ReadOnlyAdmin, ReadOnlyInline
+from harness_console.web.admin import HidesEvalRows, ReadOnlyAdmin, ReadOnlyInline
 from policies.core.paths import PathRefused
 
 from .models import DailyRollup, DailyTotal, ModelPrice, Run, RunEvent, Step, ToolCall, WriteRecord
@@ -25,7 +25,7 @@ class RunEventInline(ReadOnlyInline):
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyAdmin):
+class RunAdmin(HidesEvalRows, ReadOnlyAdmin):
     list_display = ("id", "agent", "workspace", "requester", "status", "created_at")
     list_filter = ("status", "agent", "workspace")
     search_fields = ("id", "request")
@@ -33,12 +33,12 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Step)
-class StepAdmin(ReadOnlyAdmin):
+class StepAdmin(HidesEvalRows, ReadOnlyAdmin):
     list_display = ("run", "index", "name", "status", "started_at")
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(ReadOnlyAdmin):
+class RunEventAdmin(HidesEvalRows, ReadOnlyAdmin):
     list_display = ("run", "seq", "type", "created_at")
     list_filter = ("type",)
 
@@ -59,7 +59,7 @@ class WriteRecordInline(admin.TabularInline):
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(ReadOnlyAdmin):
+class ToolCallAdmin(HidesEvalRows, ReadOnlyAdmin):
     """Every tool call with its decision (SPEC P6); writes can be rolled back from here."""
 
     list_display = ("started_at", "tool", "path", "decision", "rule", "status", "workspace", "run")
@@ -140,7 +140,7 @@ class ModelPriceAdmin(admin.ModelAdmin):
 
 
 @admin.register(DailyRollup)
-class DailyRollupAdmin(ReadOnlyAdmin):
+class DailyRollupAdmin(HidesEvalRows, ReadOnlyAdmin):
     list_display = ("day", "agent", "workspace", "updated_at")
     list_filter = ("day", "agent", "workspace")
 

@@ -224,11 +224,9 @@ class RunDetailSerializer(RunSerializer):
 
 class RunCreateSerializer(serializers.Serializer):
     # The eval set's own agents and workspaces run its cases only.
-    agent = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Agent.objects.filter(for_evals=False)
-    )
+    agent = serializers.SlugRelatedField(slug_field="slug", queryset=Agent.objects.without_evals())
     workspace = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Workspace.objects.filter(for_evals=False)
+        slug_field="slug", queryset=Workspace.objects.without_evals()
     )
     request = serializers.CharField(max_length=20_000, trim_whitespace=True)
 

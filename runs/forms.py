@@ -9,10 +9,8 @@ from .services import MAX_REQUEST_CHARS
 
 class RunForm(forms.Form):
     # The eval set's own agents and workspaces run its cases only.
-    agent = forms.ModelChoiceField(queryset=Agent.objects.filter(for_evals=False), empty_label=None)
-    workspace = forms.ModelChoiceField(
-        queryset=Workspace.objects.filter(for_evals=False), empty_label=None
-    )
+    agent = forms.ModelChoiceField(queryset=Agent.objects.without_evals(), empty_label=None)
+    workspace = forms.ModelChoiceField(queryset=Workspace.objects.without_evals(), empty_label=None)
     request = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 6}),
         max_length=MAX_REQUEST_CHARS,

@@ -9,15 +9,17 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from policies.models import Agent, Workspace
+from policies.models import Agent, EvalAware, EvalTraffic, Workspace
 
 from .core import status as run_status
 
 WAITING_FOR = {run_status.WAITING_FOR_ANSWER: "answer", run_status.WAITING_FOR_APPROVAL: "approval"}
 
 
-class Run(models.Model):
+class Run(EvalAware):
     """One request handed to an agent, from creation to its final state (SPEC R6, R7)."""
+
+    EVAL_FLAG = "agent__for_evals"
 
     # One list of statuses (runs.core.status): the choices are made from it, so the two
     # cannot drift apart; the stubs know only the class form of TextChoices.
@@ -104,8 +106,10 @@ class Run(models.Model):
         return self.status in run_status.TERMINAL or self.status == run_status.COMPLETED
 
 
-class Step(models.Model):
+class Step(EvalAware):
     """One stage of a run's fixed flow (SPEC R4, R7), with what went in and came out."""
+
+    EVAL_FLAG = "run__agent__for_evals"
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
     index = models.PositiveIntegerField()
@@ -134,7 +138,7 @@ class AppendOnlyError(Exception):
     """Raised when code tries to change or remove a recorded run event."""
 
 
-class RunEventQuerySet(models.QuerySet):
+class RunEventQuerySet(EvalTraffic):
     def update(self, **kwargs: Any) -> int:
         raise AppendOnlyError("Run events are append-only; they cannot be updated.")
 
@@ -148,6 +152,8 @@ class RunEvent(models.Model):
     The live pages and the replay after a reconnect both read this table: it is the source
     of truth, and the channel layer only carries news of new rows.
     """
+
+    EVAL_FLAG = "run__agent__for_evals"
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
     seq = models.PositiveIntegerField()
@@ -241,8 +247,10 @@ class ModelCall(models.Model):
         return f"{self.run_id} turn {self.turn}"
 
 
-class ToolCall(models.Model):
+class ToolCall(EvalAware):
     """One tool call, decided and (when allowed) run; every check is kept (SPEC P6, O4)."""
+
+    EVAL_FLAG = "run__agent__for_evals"
 
     STATUSES = [
         ("running", "running"),  # started; a worker that died here is reconciled on resume
@@ -440,9 +448,11 @@ class ModelPrice(models.Model):
         super().save(*args, **kwargs)
 
 
-class DailyRollup(models.Model):
+class DailyRollup(EvalAware):
     """One day's figures for one agent in one workspace (runs.core.rollup): the dashboards
     and /metrics read these, a bounded number of rows whatever the history's size."""
+
+    EVAL_FLAG = "agent__for_evals"
 
     day = models.DateField()
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")

@@ -15,10 +15,10 @@ from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q
 
 from approvals.models import ApprovalRequest
-from policies.models import Agent, Workspace
+from policies.models import Agent, EvalTraffic, Workspace
 
 from .core import status as run_status
 from .core.failures import LABELS as FAILURE_LABELS
@@ -129,7 +129,7 @@ def _known(filters: Mapping[str, str]) -> None:
             raise BadFilter(f"Unknown {name} {value!r}.")
 
 
-def runs_filtered(runs: QuerySet, filters: Mapping[str, str]) -> QuerySet:
+def runs_filtered(runs: EvalTraffic, filters: Mapping[str, str]) -> EvalTraffic:
     """``runs`` narrowed by checked ``filters``. Child rows are matched with EXISTS, so a
     run with three calls of a model is listed (and counted) once."""
 
@@ -138,12 +138,12 @@ def runs_filtered(runs: QuerySet, filters: Mapping[str, str]) -> QuerySet:
     exact |= {"requester": "requester__username", "verification": "verification__result"}
     runs = runs.filter(**{f: filters[name] for name, f in exact.items() if filters.get(name)})
     if filters.get("evals") == "only":
-        runs = runs.filter(agent__for_evals=True)
+        runs = runs.of_evals()
     elif filters.get("evals") != "include" and not (
         filters.get("agent") or filters.get("workspace")
     ):
         # Named by agent or workspace, a list holds just what was named, eval set or not.
-        runs = runs.exclude(agent__for_evals=True)
+        runs = runs.without_evals()
     if day := days.get("finished"):
         start, end = day_bounds(day)
         runs = runs.filter(finished_at__gte=start, finished_at__lt=end)

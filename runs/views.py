@@ -10,7 +10,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -60,7 +59,7 @@ def _listed(rows: Any, filters: dict[str, str], name: str) -> Any:
     them is the current choice)."""
     if filters.get("evals"):
         return rows
-    return rows.filter(Q(for_evals=False) | Q(slug=filters.get(name, "")))
+    return rows.without_evals() | rows.filter(slug=filters.get(name, ""))
 
 
 @login_required
@@ -77,7 +76,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "agents": _listed(Agent.objects.order_by("name"), filters, "agent"),
         "workspaces": _listed(Workspace.objects.order_by("name"), filters, "workspace"),
         "requesters": get_user_model()
-        .objects.filter(runs__isnull=False)
+        .objects.filter(runs__agent__for_evals=False)
         .distinct()
         .order_by("username"),
         "hidden": [(k, v) for k, v in filters.items() if v and k not in SELECTS],

@@ -492,12 +492,13 @@ def test_the_eval_sets_policy_changes_are_not_marked_on_the_retrospective(db):
     from policies.models import PolicyChange
     from runs.observability.dashboards.figures import changes_between
 
-    for name in ("eval-some-case", "strict"):
-        policy = Policy.objects.create(name=name, description="Eval case x")
+    # The flag the suite sets decides, not the name: an admin's eval-… policy is marked.
+    for name, ours in (("eval-some-case", True), ("strict", False), ("eval-admins", False)):
+        policy = Policy.objects.create(name=name, description="Eval case x", for_evals=ours)
         PolicyChange.objects.create(policy=policy, version=2)
     today = date.today()
-    labels = [m["label"] for m in changes_between(today, today)]
-    assert labels == ["policy strict v2"]
+    labels = sorted(m["label"] for m in changes_between(today, today))
+    assert labels == ["policy eval-admins v2", "policy strict v2"]
 
 
 def test_an_eval_run_is_not_added_to_the_eval_set_again(personas, eval_rows, agent, workspace):

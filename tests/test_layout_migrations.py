@@ -118,3 +118,38 @@ def test_a_run_waiting_for_its_requester_gets_its_own_status(run):
     assert Current.objects.get(pk=run.pk).status == "waiting_for_answer"
     assert Current.objects.get(pk=other.pk).status == "waiting_for_approval"
     assert Current.objects.get(pk=run.pk).waiting_for == "answer"
+
+
+def test_the_eval_sets_policies_and_servers_made_before_the_flag_are_marked():
+    from policies.models import McpServer, Policy, ToolDefinition
+
+    call_command("migrate", "policies", "0015", verbosity=0)
+    try:
+        state = MigrationExecutor(connection).loader.project_state(
+            [("policies", "0015_agents_and_workspaces")]
+        )
+        OldPolicy = state.apps.get_model("policies", "Policy")
+        OldServer = state.apps.get_model("policies", "McpServer")
+        OldTool = state.apps.get_model("policies", "ToolDefinition")
+        OldPolicy.objects.create(name="eval-case", description="Eval case case: default with")
+        OldPolicy.objects.create(name="eval-admins", description="The admins' own policy")
+        OldServer.objects.create(
+            name="eval-notes", command="py", args=["/x/evals/servers/notes.py"]
+        )
+        OldServer.objects.create(name="eval-real", command="npx", args=["@mcp/server-git"])
+        for name in ("mcp:eval-notes:wipe", "mcp:eval-real:log"):
+            OldTool.objects.create(
+                name=name, description="d", permission_level="L1", side_effect="none"
+            )
+    finally:
+        call_command("migrate", verbosity=0)
+    flagged = {
+        "policies": set(Policy.objects.filter(for_evals=True).values_list("name", flat=True)),
+        "servers": set(McpServer.objects.filter(for_evals=True).values_list("name", flat=True)),
+        "tools": set(ToolDefinition.objects.filter(for_evals=True).values_list("name", flat=True)),
+    }
+    assert flagged == {
+        "policies": {"eval-case"},
+        "servers": {"eval-notes"},
+        "tools": {"mcp:eval-notes:wipe"},
+    }

@@ -9,19 +9,21 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from harness_console.web.admin import HidesEvalRows
+
 from ..models import Agent, Workspace
 from ..preview import prompt_preview, reload_from_disk
 from .context import BusinessRuleInline, LayerConfigInline
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):
+class WorkspaceAdmin(HidesEvalRows):
     list_display = ("name", "slug", "root", "context_file")
     search_fields = ("name", "slug")
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(HidesEvalRows):
     list_display = ("name", "slug", "model", "max_turns", "context_links")
     search_fields = ("name", "slug")
     readonly_fields = ("context_links",)

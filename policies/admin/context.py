@@ -15,6 +15,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from harness_console.web.admin import HidesEvalRows
+
 from ..core.diffs import text_diff
 from ..core.layers import DEFAULT_LAYERS
 from ..models import (
@@ -103,7 +105,7 @@ class InstructionForm(forms.ModelForm):
 
 
 @admin.register(InstructionVersion)
-class InstructionVersionAdmin(admin.ModelAdmin):
+class InstructionVersionAdmin(HidesEvalRows):
     """Saving adds a version; nothing is ever changed or deleted. Restore copies forward."""
 
     form = InstructionForm

@@ -10,6 +10,8 @@ from django import forms
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
+from harness_console.web.admin import HidesEvalRows
+
 from ..core.hook_handlers import HANDLERS
 from ..models import HookBinding
 
@@ -35,7 +37,7 @@ class HookBindingForm(forms.ModelForm):
 
 
 @admin.register(HookBinding)
-class HookBindingAdmin(admin.ModelAdmin):
+class HookBindingAdmin(HidesEvalRows):
     form = HookBindingForm
     list_display = (
         "phase",

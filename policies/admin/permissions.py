@@ -15,6 +15,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from harness_console.web.admin import HidesEvalRows
+
 from ..core.paths import PathRefused
 from ..core.permissions import Policy as CorePolicy
 from ..core.permissions import PolicyError, Rule
@@ -54,7 +56,7 @@ class PolicyTestForm(forms.Form):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(HidesEvalRows):
     change_form_template = "admin/policies/policy_change_form.html"
     list_display = ("name", "ceiling", "version", "updated_at", "test_link")
     readonly_fields = ("version", "test_link")
@@ -177,7 +179,7 @@ class PolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolDefinition)
-class ToolDefinitionAdmin(admin.ModelAdmin):
+class ToolDefinitionAdmin(HidesEvalRows):
     """The tool registry (SPEC T1, T2): admins tune descriptions, timeouts and retries."""
 
     list_display = (
@@ -195,7 +197,7 @@ class ToolDefinitionAdmin(admin.ModelAdmin):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(HidesEvalRows):
     """The MCP whitelist (SPEC T12). "Refresh tools" asks the server for its tools and puts
     them in the registry; only the allowed ones can ever be called."""
 

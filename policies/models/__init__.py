@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .agents import SLUG_VALIDATOR, Agent, Workspace
 from .context import BusinessRule, InstructionVersion, LayerConfig
+from .eval_traffic import EvalAware, EvalTraffic
 from .hooks import HookBinding
 from .permissions import Policy, PolicyChange, PolicyRule
 from .tools import McpServer, ToolDefinition
@@ -15,6 +16,8 @@ __all__ = [
     "SLUG_VALIDATOR",
     "Agent",
     "BusinessRule",
+    "EvalAware",
+    "EvalTraffic",
     "HookBinding",
     "InstructionVersion",
     "LayerConfig",

@@ -12,13 +12,15 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from .eval_traffic import EvalAware
+
 SLUG_VALIDATOR = RegexValidator(
     r"^[a-z0-9][a-z0-9-]{0,62}$",
     "Use 1–63 lowercase letters, digits and hyphens, starting with a letter or digit.",
 )
 
 
-class Workspace(models.Model):
+class Workspace(EvalAware):
     """A folder the agent works in; its drafts live apart so formal files stay untouched (T5)."""
 
     slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])
@@ -95,7 +97,7 @@ class Workspace(models.Model):
             raise ValidationError(errors)
 
 
-class Agent(models.Model):
+class Agent(EvalAware):
     """An agent: who it is (identity text), which model it uses and how long it may loop."""
 
     slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])

@@ -12,6 +12,7 @@ from django.db import models
 from ..core.assembler import STRATEGIES
 from ..core.layers import LAYER_NAMES, MAX_BUDGET
 from .agents import Agent
+from .eval_traffic import EvalAware
 
 
 class LayerConfig(models.Model):
@@ -52,8 +53,10 @@ class LayerConfig(models.Model):
         return f"{self.agent.slug}: {self.name}"
 
 
-class InstructionVersion(models.Model):
+class InstructionVersion(EvalAware):
     """One version of an agent's instructions; the newest is in force. Never rewritten."""
+
+    EVAL_FLAG = "agent__for_evals"
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="instruction_versions")
     version = models.PositiveIntegerField()

@@ -9,12 +9,15 @@ from ..core.hook_handlers import HANDLERS, phase_check
 from ..core.hooks import PHASES, HookSettingsError
 from ..hook_handlers import handler_build
 from .agents import Agent
+from .eval_traffic import EvalAware
 
 
-class HookBinding(models.Model):
+class HookBinding(EvalAware):
     """A shipped hook handler bound to a phase (SPEC C7), for one agent or for all of them.
     Bindings of a phase run in ``order``; a failing handler halts the chain unless
     ``fail_open``. Settings are checked against the handler's schema, and by building it."""
+
+    EVAL_FLAG = "agent__for_evals"
 
     phase = models.CharField(max_length=32, choices=[(p, p) for p in PHASES])
     handler = models.CharField(max_length=63, choices=[(n, n) for n in HANDLERS])

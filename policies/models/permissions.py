@@ -7,9 +7,10 @@ from django.db import models
 from wcmatch import glob
 
 from ..core.permissions import DECISIONS, LEVELS, PolicyError, Rule, decision_of
+from .eval_traffic import EvalAware
 
 
-class Policy(models.Model):
+class Policy(EvalAware):
     """A permission policy: a level ceiling and ordered rules (SPEC P1, P2). Every save bumps
     the version, which each recorded decision keeps."""
 
@@ -29,6 +30,11 @@ class Policy(models.Model):
         validators=[MaxValueValidator(30 * 24 * 60)],
         help_text="Remind the approvers this long before a request expires (0: no reminder).",
     )
+    for_evals = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Made by the eval set for one case's rules; never offered to agents.",
+    )
     l3_approvals_required = models.PositiveSmallIntegerField(
         "approvers for L3 actions",
         default=1,
@@ -44,9 +50,11 @@ class Policy(models.Model):
         return self.name
 
 
-class PolicyChange(models.Model):
+class PolicyChange(EvalAware):
     """When a policy became which version: the retrospective dashboard marks these on its
     time axis, beside instruction versions, to explain a change in the figures."""
+
+    EVAL_FLAG = "policy__for_evals"
 
     policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="changes")
     version = models.PositiveIntegerField()

@@ -10,9 +10,10 @@ from django.db import models
 from ..core.mcp_checks import McpServerConfig
 from ..core.permissions import LEVELS, SIDE_EFFECTS
 from ..core.tool_specs import MAX_DESCRIPTION
+from .eval_traffic import EvalAware
 
 
-class ToolDefinition(models.Model):
+class ToolDefinition(EvalAware):
     """A tool in the registry (SPEC T1, T2). Only its definition (name, description, input
     schema) ever reaches the model, and only for tools the agent's policy may use."""
 
@@ -39,6 +40,9 @@ class ToolDefinition(models.Model):
         help_text="module:function of a custom tool; empty for a built-in tool of this name.",
     )
     enabled = models.BooleanField(default=True)
+    for_evals = models.BooleanField(
+        default=False, editable=False, help_text="A tool of one of the eval set's MCP servers."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -67,7 +71,7 @@ class ToolDefinition(models.Model):
             raise ValidationError(errors)
 
 
-class McpServer(models.Model):
+class McpServer(EvalAware):
     """A whitelisted MCP server (SPEC T12): how to start it and what it may touch."""
 
     name = models.SlugField(max_length=63, unique=True)
@@ -95,6 +99,11 @@ class McpServer(models.Model):
         default=30, validators=[MinValueValidator(1), MaxValueValidator(600)]
     )
     enabled = models.BooleanField(default=True)
+    for_evals = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="One of the eval set's own servers (evals/servers/), off between suites.",
+    )
 
     class Meta:
         ordering = ["name"]

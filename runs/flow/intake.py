@@ -29,7 +29,8 @@ WRITE_TOOLS = frozenset({"createDraft", "patchDraft", "commitDraft", "deleteFile
 
 def intake_stage(driver: Driver, run: Run) -> StageOutcome:
     policy = policy_for_agent(run.agent)
-    available = [t["name"] for t in tool_definitions_for(policy)]
+    offered = tool_definitions_for(policy, for_evals=run.agent.for_evals)
+    available = [t["name"] for t in offered]
     answers = dict(run.task.get("answers", [])) if run.task else {}
     try:
         task = intake(run.request, answers=answers, available_tools=available)

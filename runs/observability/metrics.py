@@ -136,14 +136,17 @@ def read_snapshot(using: str = "default") -> Iterator[None]:
 
 def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
     """Read one scrape's figures. Every agent gets its series, at zero before its first
-    run, so rate() has a starting point; labels are agent slugs, never ids."""
+    run, so rate() has a starting point; labels are agent slugs, never ids. The eval set's
+    traffic is left out: its cases fail runs on purpose, and no alert should fire for it."""
 
     now = now or timezone.now()
     with read_snapshot():
         live = runs_by_active_status()
-        pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+        pending = ApprovalRequest.objects.without_evals().filter(
+            status=ApprovalRequest.Status.PENDING
+        )
         waiting = pending.order_by().aggregate(n=Count("pk"), oldest=Min("requested_at"))
-        slugs = dict(Agent.objects.values_list("pk", "slug"))
+        slugs = dict(Agent.objects.without_evals().values_list("pk", "slug"))
         by_id = cells_total(today=day_of(now))
     agents: dict[str, dict[str, Any]] = {slug: {} for slug in slugs.values()}
     for agent_id, data in by_id.items():
@@ -165,7 +168,7 @@ def cells_total(*, today: date) -> dict[Any, dict[str, Any]]:
     The key of the past days' total names how many cells they have and their latest
     ``updated_at``: a reconciliation or a rollback that changes a past cell bumps the
     latter (``auto_now``), one that deletes a cell lowers the former."""
-    past = DailyRollup.objects.filter(day__lt=today).order_by()
+    past = DailyRollup.objects.without_evals().filter(day__lt=today).order_by()
     stamp = past.aggregate(n=Count("pk"), last=Max("updated_at"))
     last = stamp["last"].isoformat() if stamp["last"] else "-"
     key = f"{PAST_CACHE_PREFIX}:{today.isoformat()}:{stamp['n']}:{last}"
@@ -173,7 +176,7 @@ def cells_total(*, today: date) -> dict[Any, dict[str, Any]]:
     if totals is None:
         totals = _per_agent(past.values_list("agent_id", "data").iterator(2000))
         cache.set(key, totals, PAST_CACHE_SECONDS)
-    fresh = DailyRollup.objects.filter(day__gte=today).order_by()
+    fresh = DailyRollup.objects.without_evals().filter(day__gte=today).order_by()
     for agent_id, data in fresh.values_list("agent_id", "data"):
         rollup.accumulate(totals.setdefault(agent_id, {}), data)
     return totals

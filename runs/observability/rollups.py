@@ -250,7 +250,7 @@ def reconcile_day(
 def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
 
-    left_out = set(Agent.objects.filter(for_evals=True).values_list("pk", flat=True))
+    left_out = set(Agent.objects.of_evals().values_list("pk", flat=True))
     if days is None:
         today = day_of(timezone.now())
         days = (today - timedelta(days=1), today)

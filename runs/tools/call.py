@@ -90,7 +90,7 @@ def tool_call_run(
         policy_version=policy.version,
         requested_by=user if getattr(user, "pk", None) else None,
     )
-    definition = tool_definition(tool)
+    definition = tool_definition(tool, for_evals=run is not None and run.agent.for_evals)
     if refused := arguments_refusal(definition, tool, arguments):
         return _refuse(record, refused)
     assert definition is not None and isinstance(arguments, dict)

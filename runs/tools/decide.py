@@ -76,8 +76,10 @@ class Allowed:
 Decided = Refused | NeedsApproval | Allowed
 
 
-def tool_definition(tool: str) -> ToolDefinition | None:
-    return ToolDefinition.objects.filter(name=tool, enabled=True).first()
+def tool_definition(tool: str, *, for_evals: bool = False) -> ToolDefinition | None:
+    """The enabled tool of that name; one of the eval set's own tools only for its runs."""
+    tools = ToolDefinition.objects.filter(name=tool, enabled=True)
+    return (tools if for_evals else tools.without_evals()).first()
 
 
 def arguments_refusal(

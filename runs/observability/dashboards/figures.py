@@ -28,8 +28,6 @@ from ..core import rollup
 from ..core.retro import OUTCOMES, Retro, retro_compute
 from ..rollups import day_of
 
-EVAL_POLICY_PREFIX = "eval-"
-
 WINDOWS = (7, 30)
 WORKING = (run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
 RECENT_FAILURES = 10
@@ -62,9 +60,7 @@ def retro_figures(
         for day, data in totals.values_list("day", "data"):
             daily[index[day]] = data
         # The day totals leave the eval set's runs out; so does the cost by agent.
-        per_agent = cells.exclude(agent_id__in=eval_agents()).values_list(
-            "day", "agent_id", "data__models"
-        )
+        per_agent = cells.without_evals().values_list("day", "agent_id", "data__models")
     else:
         if agent_id is not None:
             cells = cells.filter(agent_id=agent_id)
@@ -85,8 +81,9 @@ def changes_between(first: date, last: date, *, agent_id: int | None = None) -> 
 
     start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    policies = PolicyChange.objects.filter(created_at__gte=start, created_at__lt=end)
-    instructions = InstructionVersion.objects.filter(created_at__gte=start, created_at__lt=end)
+    window = {"created_at__gte": start, "created_at__lt": end}
+    policies = PolicyChange.objects.filter(**window)
+    instructions = InstructionVersion.objects.filter(**window)
     if agent_id is not None:
         agent = Agent.objects.filter(pk=agent_id).values("policy_id", "policy__name").first()
         instructions = instructions.filter(agent_id=agent_id)
@@ -94,8 +91,8 @@ def changes_between(first: date, last: date, *, agent_id: int | None = None) -> 
             policies = policies.filter(policy_id=agent["policy_id"])
         else:
             policies = policies.filter(policy__name=DEFAULT_POLICY_NAME)
-    else:  # the eval set's own policies (evals.fixtures names them eval-<case>) are its business
-        policies = policies.exclude(policy__name__startswith=EVAL_POLICY_PREFIX)
+    else:  # the eval set's own policies and agents are its business
+        policies, instructions = policies.without_evals(), instructions.without_evals()
     marks = [
         {"at": c.created_at, "kind": "policy", "label": f"policy {c.policy.name} v{c.version}"}
         for c in policies.select_related("policy")[:200]
@@ -125,23 +122,13 @@ class Ops:
     stuck_after: int  # seconds
 
 
-def eval_agents() -> list[int]:
-    """The eval set's agents: their runs are the eval set's traffic, shown on the evals
-    page, never in the operations figures or the unfiltered retrospective."""
-    return list(Agent.objects.filter(for_evals=True).values_list("pk", flat=True))
-
-
-def real_runs() -> Any:
-    return Run.objects.exclude(agent_id__in=eval_agents())
-
-
 def runs_by_active_status() -> dict[str, int]:
     """Runs in each live state now, zeros included (few rows, by the status index)."""
     live: dict[str, int] = dict.fromkeys(
         sorted(run_status.ACTIVE, key=run_status.STATUSES.index), 0
     )
     for status, n in (
-        real_runs()
+        Run.objects.without_evals()
         .filter(status__in=run_status.ACTIVE)
         .order_by()
         .values_list("status")
@@ -156,7 +143,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
     now = now or timezone.now()
     stuck_after = stuck_after or settings.HARNESS_STUCK_AFTER_SECONDS
     live = runs_by_active_status()
-    runs = real_runs()
+    runs = Run.objects.without_evals()
     day_ago, hour_ago = now - timedelta(days=1), now - timedelta(hours=1)
     finished = dict.fromkeys(OUTCOMES, 0)
     hour = dict.fromkeys(OUTCOMES, 0)
@@ -170,9 +157,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
         finished[status] = finished.get(status, 0) + n
         hour[status] = hour.get(status, 0) + in_hour
     ended = sum(hour.values())
-    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).exclude(
-        run__agent_id__in=eval_agents()
-    )
+    pending = ApprovalRequest.objects.without_evals().filter(status=ApprovalRequest.Status.PENDING)
     oldest = pending.order_by("requested_at").values("id", "run_id", "requested_at").first()
     failures = [
         {
@@ -235,6 +220,8 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
 def filter_choices() -> dict[str, Any]:
     """Agents and workspaces for the retrospective's filters."""
     return {
-        "agents": list(Agent.objects.order_by("slug").values("pk", "slug", "name")),
-        "workspaces": list(Workspace.objects.order_by("slug").values("pk", "slug", "name")),
+        "agents": list(Agent.objects.without_evals().order_by("slug").values("pk", "slug", "name")),
+        "workspaces": list(
+            Workspace.objects.without_evals().order_by("slug").values("pk", "slug", "name")
+        ),
     }
