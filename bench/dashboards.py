@@ -49,7 +49,7 @@ from policies.models import Agent, Workspace
 from runs.models import ModelCall, Run, RunEvent, ToolCall
 from runs.observability.dashboards.figures import window
 from runs.observability.rollups import cells_from_raw
-from runs.observability.synthetic import history_generate
+from runs.observability.synthetic import synthetic_runs_generate
 from tests.conftest import prices_seed
 
 GOAL_RETRO_30 = 0.300
@@ -189,7 +189,7 @@ def main() -> None:
         retro_30 = {}
         for size in sizes:
             started = time.perf_counter()
-            history_generate(
+            synthetic_runs_generate(
                 runs=size - written,
                 days=args.days,
                 seed=size,

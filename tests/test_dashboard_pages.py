@@ -26,7 +26,7 @@ from policies.models import Agent, InstructionVersion
 from runs.models import ModelCall, Run, RunEvent, ToolCall
 from runs.observability.dashboards.figures import retro_figures
 from runs.observability.rollups import day_of, rollups_reconcile
-from runs.observability.synthetic import history_generate
+from runs.observability.synthetic import synthetic_runs_generate
 from runs.services import run_create
 from runs.templatetags.money import usd
 from tests.conftest import EVERYWHERE
@@ -115,7 +115,7 @@ def second_agent(db) -> Agent:
 @pytest.fixture
 def history(personas, agent, second_agent, workspace):
     """300 finished runs over the last 30 days, by two agents, with their rollups."""
-    return history_generate(
+    return synthetic_runs_generate(
         runs=300, days=30, seed=7, requester=personas.operator, approvers=[personas.approver]
     )
 

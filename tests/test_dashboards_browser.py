@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from approvals.models import ApprovalRequest
 from runs.approval_outcomes import approval_decide
-from runs.observability.synthetic import history_generate
+from runs.observability.synthetic import synthetic_runs_generate
 from runs.services import run_create
 from tests.conftest import EVERYWHERE
 from tests.helpers import FIX, console_errors, login
@@ -40,7 +40,7 @@ def test_the_retrospective_draws_every_chart_and_its_links_open_their_runs(
     live_stack, page, client, personas, agent, workspace
 ):
     off_loop(
-        history_generate,
+        synthetic_runs_generate,
         runs=300,
         days=30,
         seed=11,

@@ -26,7 +26,7 @@ from runs.models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
 from runs.observability.core import rollup
 from runs.observability.dashboards.figures import retro_figures, window
 from runs.observability.rollups import cells_from_raw, day_of, rollups_reconcile
-from runs.observability.synthetic import FAILURES, history_generate
+from runs.observability.synthetic import FAILURES, synthetic_runs_generate
 from runs.services import run_rollback
 from tests.conftest import SEEDED, prices_seed
 from tests.helpers import drive
@@ -238,7 +238,7 @@ def test_the_retrospective_equals_the_raw_rows_of_random_histories(
     _clear_history()
     agents, spaces = places
     if runs:
-        history_generate(
+        synthetic_runs_generate(
             runs=runs,
             days=days,
             seed=seed,
@@ -251,7 +251,7 @@ def test_the_retrospective_equals_the_raw_rows_of_random_histories(
 
 
 def test_reconciliation_repairs_cells_that_went_wrong(places, personas):
-    history_generate(runs=200, days=10, seed=7, requester=personas.operator)
+    synthetic_runs_generate(runs=200, days=10, seed=7, requester=personas.operator)
     assert_figures_match(30)  # the past days' sums are cached from here on
     before = DailyRollup.objects.count()
     assert before > 0

@@ -27,7 +27,7 @@ NOTE = "Anthropic's published price (5-minute cache writes) when the console shi
 def forwards(apps, schema_editor):
     from runs.observability.core import cost
     from runs.core.failures import failure_kind
-    from runs.observability.rollups import history_days, reconcile_day
+    from runs.observability.rollups import days_with_runs, reconcile_day
 
     ModelPrice = apps.get_model("runs", "ModelPrice")
     Run = apps.get_model("runs", "Run")
@@ -88,7 +88,7 @@ def forwards(apps, schema_editor):
         "approval_model": apps.get_model("approvals", "ApprovalRequest"),
         "rollup_model": apps.get_model("runs", "DailyRollup"),
     }
-    for day in history_days(Run):
+    for day in days_with_runs(Run):
         reconcile_day(day, **models)
 
 

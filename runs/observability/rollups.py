@@ -271,7 +271,7 @@ def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     return fixed
 
 
-def history_days(run_model: Any) -> list[date]:
+def days_with_runs(run_model: Any) -> list[date]:
     """Every day on which some run finished, for a full rebuild."""
     first = (
         run_model.objects.filter(status__in=FINISHED, finished_at__isnull=False)

@@ -1,6 +1,6 @@
 """A realistic synthetic history of finished runs, for tests and benchmarks (SPEC O6).
 
-``history_generate`` writes runs with their model calls, tool calls and approvals, spread
+``synthetic_runs_generate`` writes runs with their model calls, tool calls and approvals, spread
 over the last D days, with the outcomes, failure reasons, tools, token use and approval
 waits a console sees in practice, and adds them to the daily rollups (with the same
 ``contribution`` function a finishing run uses). The same seed gives the same history,
@@ -67,7 +67,7 @@ ADAPTED = frozenset({"UUIDField", "DateTimeField", "DecimalField", "JSONField"})
 
 
 @dataclass(frozen=True)
-class HistorySummary:
+class SyntheticRuns:
     runs: int
     model_calls: int
     tool_calls: int
@@ -135,7 +135,7 @@ def _lognormal_ms(rng: random.Random, median_ms: float, sigma: float) -> int:
     return max(1, int(rng.lognormvariate(0, sigma) * median_ms))
 
 
-def history_generate(
+def synthetic_runs_generate(
     *,
     runs: int,
     days: int,
@@ -143,7 +143,7 @@ def history_generate(
     requester: Any,
     approvers: Sequence[Any] = (),
     progress: Callable[[int], None] | None = None,
-) -> HistorySummary:
+) -> SyntheticRuns:
     """Write ``runs`` finished runs over the last ``days`` days and count them in the
     rollups of their days."""
 
@@ -194,7 +194,7 @@ def history_generate(
             total.data = rollup.merge(total.data, data)
             total.save(update_fields=["data", "updated_at"])
     days_written = sorted({key[0] for key in cells})
-    return HistorySummary(
+    return SyntheticRuns(
         runs,
         counts[1],
         counts[2],

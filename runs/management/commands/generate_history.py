@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_console.roles import APPROVER, OPERATOR
-from runs.observability.synthetic import history_generate
+from runs.observability.synthetic import synthetic_runs_generate
 
 
 def _positive(text: str) -> int:
@@ -49,7 +49,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {done:,} runs written")
 
         try:
-            summary = history_generate(
+            summary = synthetic_runs_generate(
                 runs=options["runs"],
                 days=options["days"],
                 seed=options["seed"],
