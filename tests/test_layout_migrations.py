@@ -153,3 +153,8 @@ def test_the_eval_sets_policies_and_servers_made_before_the_flag_are_marked():
         "servers": {"eval-notes"},
         "tools": {"mcp:eval-notes:wipe"},
     }
+
+
+def test_the_models_and_the_migrations_agree():
+    # makemigrations --check exits non-zero when a model change has no migration.
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
