@@ -78,7 +78,7 @@ def approval_request_create(
     return approval
 
 
-def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> bool:
+def approval_invalidation_record(*, approval: ApprovalRequest, changes: list[str]) -> bool:
     """What was approved (or is pending) no longer matches the workspace or the policy: the
     request stops counting, and the harness asks again. True when it did (it was pending
     or approved); the run side then withdraws its grant and tells the run. Call inside the

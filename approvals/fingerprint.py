@@ -67,7 +67,6 @@ def _read(base: Path, relative: str) -> bytes | None:
 def changes_since_asked(approval: Any) -> list[str]:
     """What changed since a pending request was asked (files, policy), for its review page:
     approving it would only invalidate it when the worker checks again."""
-
     shown = fingerprint_recorded(approval)
     now = fingerprint_now(
         run=approval.run,

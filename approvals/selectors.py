@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.http import Http404
 
-from harness_console.roles import may_decide
+from harness_console.roles import may_decide, may_read_approvals
 
 from .models import ApprovalRequest
 
@@ -55,9 +55,7 @@ def queue_for(
 
 def may_read(user: Any) -> bool:
     """Approvers read every request; so does anyone granted the model's view permission."""
-    if may_decide(user):
-        return True
-    return bool(user.is_active and user.has_perm("approvals.view_approvalrequest"))
+    return may_read_approvals(user)
 
 
 def approval_for_user(user: Any, approval_id: Any) -> ApprovalRequest:
@@ -103,10 +101,10 @@ def approval_in_force(
     *, run_id: Any, kind: str, tool_use_id: str | None = None
 ) -> ApprovalRequest | None:
     """The request that answers this question of the run now: for a tool call, the one
-    asked about that tool_use; for a commit, the run's commit request. An invalidated
-    request is no answer (the question was asked again); of the others there is at most
-    one per question (a unique constraint), the newest. Its status says the answer:
-    pending, approved, rejected, expired or cancelled."""
+    asked about that tool_use (a unique constraint allows one not invalidated); for a
+    commit, the newest of the run's commit requests (each asking is its own, named by its
+    digest). An invalidated request is no answer: the question was asked again. Its status
+    says the answer: pending, approved, rejected, expired or cancelled."""
     asked = ApprovalRequest.objects.filter(run_id=run_id, kind=kind).exclude(
         status=ApprovalRequest.Status.INVALIDATED
     )

@@ -273,7 +273,12 @@ def approval_history(request: HttpRequest) -> HttpResponse:
         "query": urlencode(form.query()),
         "statuses": ApprovalRequest.Status.choices,
         "kinds": ApprovalRequest.Kind.choices,
-        "agents": Agent.objects.without_evals().order_by("name").values_list("slug", "name"),
+        # The eval set's agents only when one of them is the current choice.
+        "agents": (
+            Agent.objects.without_evals() | Agent.objects.filter(slug=request.GET.get("agent", ""))
+        )
+        .order_by("name")
+        .values_list("slug", "name"),
     }
     template = "approvals/history_table.html" if fragment else "approvals/history.html"
     status = 400 if form.errors and not fragment else 200

@@ -13,7 +13,8 @@ are analyzed, as autovacuum would soon do. Then each page is requested through D
 test client in this process (middleware, queries, template, Plotly figures; no network):
 5 warm-ups, then ``--samples`` timed requests, with the queries of one request. The
 baseline is what the 30-day figures cost without rollups: rebuilding the window's cells
-from the raw rows (``runs.rollups.cells_from_raw``, the reconciliation's reader), once.
+from the raw rows (``runs.observability.rollups.cells_from_raw``, the reconciliation's
+reader), once.
 Goal (issue 7): the 30-day retrospective at 1,000,000 runs on PostgreSQL within 300 ms.
 """
 

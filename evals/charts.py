@@ -1,5 +1,5 @@
 """The evals page's chart: pass rate per category over time, one line per category, built
-on the server with the dashboards' building blocks (runs.dashboard_plot) and drawn by
+on the server with the dashboards' building blocks (runs.observability.dashboards.plot) and drawn by
 static/js/dashboards.js; a click on a point opens that suite run's page."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Logging for the console: filters and formatters that settings.LOGGING names (SPEC O3).
 
 Every line logged while a worker works on a run carries the run's id and its trace id, so
-a log search and a trace join: the trace id is the run's UUID in hex (runs.telemetry makes
-the run's trace id that same number).
+a log search and a trace join: the trace id is the run's UUID in hex
+(runs.observability.telemetry makes the run's trace id that same number).
 """
 
 from __future__ import annotations

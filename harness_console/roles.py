@@ -100,6 +100,21 @@ def may_submit_runs(user: Any) -> bool:
     return _holds(user, SUBMIT_RUNS)
 
 
+def may_act_on_any_run(user: Any) -> bool:
+    """Answer or cancel anyone's run (admins, and whoever is given runs.change_run)."""
+    return _holds(user, "runs.change_run")
+
+
+def may_read_approvals(user: Any) -> bool:
+    """Read approval requests without deciding them (the model's view permission)."""
+    return may_decide(user) or _holds(user, "approvals.view_approvalrequest")
+
+
+def may_roll_back_tool_calls(user: Any) -> bool:
+    """Roll back one tool call's writes from the admin."""
+    return _holds(user, "runs.change_toolcall")
+
+
 def may_decide(user: Any) -> bool:
     """Approvers and admins decide approval requests (never on their own run: the caller
     checks that, since it depends on the run)."""

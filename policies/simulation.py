@@ -35,7 +35,6 @@ def policy_edit_effect(
     grants are left out, so the difference is the edit's alone. Calls refused before any
     decision (bad input, escaping paths) are not looked at.
     """
-
     calls = list(
         ToolCall.objects.without_evals()
         .filter(policy_name=edited.name)

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from harness_console.roles import may_roll_back_tool_calls
 from harness_console.web.admin import HidesEvalRows, ReadOnlyAdmin, ReadOnlyInline
 from policies.core.paths import PathRefused
 
@@ -81,7 +82,7 @@ class ToolCallAdmin(HidesEvalRows, ReadOnlyAdmin):
                 self.message_user(request, f"{tool_call.tool}: restored {', '.join(paths)}.")
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("runs.change_toolcall")
+        return may_roll_back_tool_calls(request.user)
 
 
 @admin.register(ModelPrice)

@@ -203,14 +203,12 @@ class RunDetailSerializer(RunSerializer):
         return list(ToolCallSerializer(calls, many=True).data)
 
     def get_artifacts(self, run: Run) -> list[dict[str, Any]]:
-
         return [
             {"id": str(a.pk), "kind": a.kind, "size": a.size, "sha256": a.sha256}
             for a in Artifact.objects.filter(tool_call__run=run).order_by("created_at")
         ]
 
     def get_rollback(self, run: Run) -> list[dict[str, Any]]:
-
         return [
             {
                 "path": w.path,

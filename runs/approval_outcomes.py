@@ -24,8 +24,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.asking import approval_invalidate as invalidate_record
-from approvals.asking import approval_request_create, approvals_cancel_for_run
+from approvals.asking import (
+    approval_invalidation_record,
+    approval_request_create,
+    approvals_cancel_for_run,
+)
 from approvals.core.fingerprint import Fingerprint
 from approvals.deciding import approval_decision_check, approval_decision_record
 from approvals.expiry import approval_expiry_record, approvals_due
@@ -197,6 +200,7 @@ def approval_ask(
         strong_confirmation=approval.strong_confirmation,
         required_approvals=approval.required_approvals,
         expires_at=approval.expires_at.isoformat() if approval.expires_at else None,
+        status=approval.status,
     )
     return approval
 
@@ -205,7 +209,7 @@ def approval_invalidate(*, approval: ApprovalRequest, changes: list[str]) -> Non
     """What was approved (or is pending) no longer matches the workspace or the policy: the
     request stops counting, its "remember for this run" goes with it (a grant would
     otherwise allow, unasked, the very call being asked again), and the run says why."""
-    if not invalidate_record(approval=approval, changes=changes):
+    if not approval_invalidation_record(approval=approval, changes=changes):
         return
     if approval.grant_id and SessionGrant.objects.filter(
         pk=approval.grant_id, revoked_at__isnull=True

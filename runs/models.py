@@ -231,7 +231,7 @@ class ModelCall(models.Model):
     # Priced when recorded, with the price version then in force (SPEC O4); null when the
     # price table has no price for the model.
     cost_usd = models.DecimalField(max_digits=20, decimal_places=9, null=True, blank=True)
-    cost_basis = models.CharField(max_length=16, blank=True)  # runs.core.cost
+    cost_basis = models.CharField(max_length=16, blank=True)  # runs.observability.core.cost
     price = models.ForeignKey(
         "ModelPrice", null=True, blank=True, on_delete=models.PROTECT, related_name="calls"
     )
@@ -449,8 +449,9 @@ class ModelPrice(models.Model):
 
 
 class DailyRollup(EvalAware):
-    """One day's figures for one agent in one workspace (runs.core.rollup): the dashboards
-    and /metrics read these, a bounded number of rows whatever the history's size."""
+    """One day's figures for one agent in one workspace (runs.observability.core.rollup):
+    the dashboards and /metrics read these, a bounded number of rows whatever the history's
+    size."""
 
     EVAL_FLAG = "agent__for_evals"
 

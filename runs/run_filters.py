@@ -2,8 +2,8 @@
 
 A retrospective bar counts the runs of rollup cells: runs that finished in some UTC days,
 by outcome, failure kind, model, tool, approval or verification result. Each filter here
-selects the same runs with the same boundaries (``runs.rollups.day_bounds``) and the same
-groupings (a tool "error" is an error or a timeout; a failure of no known kind is
+selects the same runs with the same boundaries (``runs.observability.rollups.day_bounds``)
+and the same groupings (a tool "error" is an error or a timeout; a failure of no known kind is
 "other"), so following a chart's link gives a list whose total is the chart's number.
 """
 
@@ -49,7 +49,7 @@ SELECTS = ("status", "agent", "workspace", "requester", "evals")
 # The eval set's runs: left out unless asked for (or an eval agent or workspace is named).
 EVALS = ("include", "only")
 DAY_FIELDS = ("finished", "finished_from", "finished_to")
-# The rollups count timeouts among a tool's errors (runs.core.rollup.ERROR_STATUSES).
+# The rollups count timeouts among a tool's errors (runs.observability.core.rollup.ERROR_STATUSES).
 TOOL_STATUSES: dict[str, tuple[str, ...]] = {
     "ok": ("ok",),
     "error": tuple(sorted(rollup.ERROR_STATUSES)),
@@ -132,7 +132,6 @@ def _known(filters: Mapping[str, str]) -> None:
 def runs_filtered(runs: EvalTraffic, filters: Mapping[str, str]) -> EvalTraffic:
     """``runs`` narrowed by checked ``filters``. Child rows are matched with EXISTS, so a
     run with three calls of a model is listed (and counted) once."""
-
     days = run_filters_check(filters)
     exact = {"status": "status", "agent": "agent__slug", "workspace": "workspace__slug"}
     exact |= {"requester": "requester__username", "verification": "verification__result"}

@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from harness_console.roles import may_decide, may_submit_runs
+from harness_console.roles import may_act_on_any_run, may_decide, may_submit_runs
 from policies.models import Agent, Workspace
 
 from .approval_outcomes import approvals_cancel
@@ -116,7 +116,7 @@ def run_may_act(user: Any, run: Run) -> bool:
         return False
     if run.requester_id == user.pk and may_submit_runs(user):
         return True
-    return user.has_perm("runs.change_run")
+    return may_act_on_any_run(user)
 
 
 def run_may_roll_back(user: Any) -> bool:

@@ -76,14 +76,12 @@ def live_layer_trim() -> None:
 @shared_task(ignore_result=True)
 def rollups_reconcile_recent() -> None:
     """Beat: yesterday's and today's rollups rebuilt from the raw rows (SPEC O6)."""
-
     rollups_reconcile()
 
 
 @shared_task(ignore_result=True)
 def run_session_end(run_id: str, outcome: str, reason: str) -> None:
     """session_end hooks of a run that ended outside a worker (lifecycle.session_end_dispatch)."""
-
     with run_log_context(run_id):
         run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()
         if run is not None and (run.loop or {}).get("state"):

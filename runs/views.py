@@ -62,6 +62,18 @@ def _listed(rows: Any, filters: dict[str, str], name: str) -> Any:
     return rows.without_evals() | rows.filter(slug=filters.get(name, ""))
 
 
+def _requesters(filters: dict[str, str]) -> Any:
+    """Who submitted runs: of the eval set's runs too only when they are shown (or the
+    current choice is one of its requesters)."""
+    users = get_user_model().objects
+    if filters.get("evals"):
+        return users.filter(runs__isnull=False).distinct().order_by("username")
+    listed = users.filter(runs__agent__for_evals=False) | users.filter(
+        username=filters.get("requester", "")
+    )
+    return listed.distinct().order_by("username")
+
+
 @login_required
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     """Runs, newest first, narrowed by the filters of runs.run_filters: the dashboards link
@@ -75,10 +87,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "statuses": run_status.STATUSES,
         "agents": _listed(Agent.objects.order_by("name"), filters, "agent"),
         "workspaces": _listed(Workspace.objects.order_by("name"), filters, "workspace"),
-        "requesters": get_user_model()
-        .objects.filter(runs__agent__for_evals=False)
-        .distinct()
-        .order_by("username"),
+        "requesters": _requesters(filters),
         "hidden": [(k, v) for k, v in filters.items() if v and k not in SELECTS],
         "described": run_filters_described(filters),
         "can_submit": may_submit_runs(request.user),

@@ -694,7 +694,15 @@ def test_a_reload_of_the_decide_address_goes_back_to_the_review(client, personas
 
 @pytest.mark.parametrize(
     "target",
-    ["https://evil.example/phish", "//evil.example/", "javascript:alert(1)", "", "\\evil"],
+    [
+        "https://evil.example/phish",
+        "//evil.example/",
+        "javascript:alert(1)",
+        "",
+        "\\evil",
+        "/\\evil.example",
+        "/runs/\r\nSet-Cookie: x=1",
+    ],
 )
 def test_a_decision_goes_back_only_to_a_page_of_this_site(
     client, personas, agent, workspace, target

@@ -2,8 +2,8 @@
 through Django's test client and the real ASGI stack: who may open them, bad filters, the
 figures the pages show, the links from every chart to the runs behind it (and the runs
 list's filters they use), and the ops socket's notices. The arithmetic of the figures is
-tested against the raw rows elsewhere; here the pages must show what runs.dashboards says.
-The real browser is in test_dashboards_browser."""
+tested against the raw rows elsewhere; here the pages must show what
+runs.observability.dashboards.figures says. The real browser is in test_dashboards_browser."""
 
 from __future__ import annotations
 

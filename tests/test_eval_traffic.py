@@ -147,3 +147,11 @@ def test_metrics_leave_the_eval_set_out(suite_rows):
     assert "eval-a1" not in snapshot.agents
     assert snapshot.pending_approvals == 1  # the real run's request only
     assert sum(snapshot.live.values()) == 1
+
+
+def test_a_real_row_keeps_its_eval_choice_offered(suite_rows, client, personas, agent):
+    agent.policy = suite_rows["policy"]  # a real agent pointed at an eval policy by hand
+    agent.save(update_fields=["policy"])
+    client.force_login(personas.admin)
+    page = client.get(reverse("admin:policies_agent_change", args=[agent.pk])).content.decode()
+    assert f'<option value="{suite_rows["policy"].pk}" selected>eval-case</option>' in page

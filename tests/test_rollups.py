@@ -4,7 +4,7 @@ The dashboard's figures must equal aggregates computed here, independently, from
 model calls, tool calls and approvals of random generated histories; the rollups kept
 current as runs finish must equal a rebuild from the raw rows; reconciliation repairs
 cells that went wrong. Percentiles are nearest-rank over values rounded to two
-significant figures (runs.core.rollup), which commutes with taking the percentile."""
+significant figures (runs.observability.core.rollup), which commutes with taking the percentile."""
 
 from __future__ import annotations
 

@@ -27,3 +27,12 @@ def test_the_embedded_channel_layer_is_trimmed_of_expired_messages():
     live_layer_trim()
     assert list(Event.objects.values_list("pk", flat=True)) == [fresh.pk]
     assert not Event.objects.filter(pk=stale.pk).exists()
+
+
+def test_runs_are_dispatched_by_the_names_their_tasks_have():
+    """The run side dispatches by task name (the tasks module imports the flow, which moves
+    runs through lifecycle): a typo would queue work nobody runs."""
+    from runs import lifecycle, tasks
+
+    assert tasks.run_execute.name == lifecycle.RUN_EXECUTE
+    assert tasks.run_session_end.name == lifecycle.RUN_SESSION_END

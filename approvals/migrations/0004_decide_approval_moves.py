@@ -4,8 +4,8 @@ from django.db import migrations
 def permission_follows(apps, schema_editor):
     """Deciding approvals is the approvals app's permission: the existing row moves to the
     approval request's content type, so every role and user holding it keeps it
-    (runs.decide_approval becomes approvals.decide_approval). A fresh database has no row
-    yet: it is made after migrating."""
+    (runs.decide_approval becomes approvals.decide_approval). On a fresh database the roles
+    migration made it already, so it moves too."""
     ContentType = apps.get_model("contenttypes", "ContentType")
     Permission = apps.get_model("auth", "Permission")
     moving = Permission.objects.filter(

@@ -88,13 +88,19 @@ class HidesEvalRows(admin.ModelAdmin):
         flag = getattr(type(obj), "EVAL_FLAG", None) if obj is not None else None
         editing_eval = bool(flag) and type(obj).objects.filter(pk=obj.pk).of_evals().exists()
         request.editing_eval_row = editing_eval  # type: ignore[attr-defined]
+        request.editing_row = obj  # type: ignore[attr-defined]
         return super().get_form(request, obj, change=change, **kwargs)
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         related = db_field.remote_field.model
         editing_eval = getattr(request, "editing_eval_row", False)
         if "queryset" not in kwargs and hasattr(related, "EVAL_FLAG") and not editing_eval:
-            kwargs["queryset"] = related.objects.without_evals()
+            # The row's own current choice stays offered, whatever it is: saving it must
+            # not fail with "Select a valid choice".
+            current = getattr(getattr(request, "editing_row", None), db_field.attname, None)
+            kwargs["queryset"] = related.objects.without_evals() | related.objects.filter(
+                pk=current
+            )
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 

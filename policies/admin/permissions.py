@@ -206,7 +206,6 @@ class McpServerAdmin(HidesEvalRows):
 
     @admin.action(description="Refresh the tools of the selected servers")
     def refresh_tools(self, request: HttpRequest, queryset: Any) -> None:
-
         for server in queryset:
             try:
                 names = mcp_discover(server)

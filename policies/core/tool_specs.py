@@ -10,6 +10,12 @@ from typing import Any, Final
 from .permissions import Level, SideEffect
 
 MAX_DESCRIPTION: Final = 250
+# The built-in tools that write files (drafts or formal ones): a task's write paths bound
+# them, and the journal keeps the bytes they may change, so a call interrupted after its
+# write is recorded from disk instead of repeated.
+FILE_WRITE_TOOLS: Final = frozenset(
+    {"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"}
+)
 
 _PATH = {
     "type": "string",

@@ -8,7 +8,8 @@ from django.db import migrations, models
 def content_types_follow(apps, schema_editor):
     """The agent and workspace content types move with their models, so their permissions,
     and every role and user holding them, carry over unchanged (runs.view_agent becomes
-    policies.view_agent). A fresh database has none yet: they are made after migrating."""
+    policies.view_agent). On a fresh database the roles migration made them already, so
+    they move too; any made later are made where the models now are."""
     ContentType = apps.get_model("contenttypes", "ContentType")
     ContentType.objects.filter(app_label="runs", model__in=("agent", "workspace")).update(
         app_label="policies"

@@ -16,7 +16,7 @@ from ..leases import Lease, LeaseLost, fenced
 from ..lifecycle import run_transition, steps_close
 from ..models import Run, Step, ToolCall
 from ..run_hooks import session_end
-from .outcomes import Ended
+from .outcomes import Ended, Lost
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def step_end(step: Step, status: str = "completed", **fields: Any) -> None:
     )
 
 
-def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended:
+def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended | Lost:
     """The run fails and says why; no request stays pending, no stage running."""
     try:
         with fenced(lease):
@@ -70,7 +70,7 @@ def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended:
                 run_event_append(run_id=run.pk, type="run.cancelled", payload={"reason": reason})
     except LeaseLost:
         logger.warning("Could not fail run %s: its lease is gone.", lease.run_id)
-        return Ended("failed")
+        return Lost()
     session_ended(lease.run_id, "failed", reason)
     return Ended("failed")
 

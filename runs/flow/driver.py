@@ -18,7 +18,7 @@ from .checkpoints import run_fail, username
 from .commit import commit_stage
 from .driver_state import Driver
 from .intake import intake_stage
-from .outcomes import NEXT, Ended, Next, StageOutcome
+from .outcomes import NEXT, Ended, Next, StageOutcome, Waits
 from .synthesize import synthesize_stage
 from .verify import verify_stage
 
@@ -74,7 +74,11 @@ def _advance(driver: Driver) -> StageOutcome:
     if driver.beat.lost:
         raise LeaseLost(f"The lease of run {driver.lease.run_id} expired.")
     run = Run.objects.select_related("agent", "workspace", "requester").get(pk=driver.lease.run_id)
-    if run.status not in CLAIMABLE:
+    if run.status == run_status.WAITING_FOR_ANSWER:
+        return Waits("answer")
+    if run.status == run_status.WAITING_FOR_APPROVAL:
+        return Waits("approval")
+    if run.status not in CLAIMABLE:  # ended meanwhile (failed, completed, rolled back)
         return Ended("failed" if run.status == run_status.FAILED else "completed")
     if run.cancel_requested_at is not None:
         who = username(run.cancel_requested_by)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policies.core.permissions import Rule
-from policies.core.tool_specs import BUILTIN_TOOLS
+from policies.core.tool_specs import BUILTIN_TOOLS, FILE_WRITE_TOOLS
 from policies.permissions import policy_for_agent
 
 from ..core import status as run_status
@@ -23,8 +23,6 @@ from ..tools.registry import tool_definitions_for
 from .checkpoints import run_fail, run_fields_write, step_begin, step_end
 from .driver_state import Driver
 from .outcomes import NEXT, StageOutcome, Waits
-
-WRITE_TOOLS = frozenset({"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"})
 
 
 def intake_stage(driver: Driver, run: Run) -> StageOutcome:
@@ -132,7 +130,7 @@ def boundary_check(run: Run) -> BoundaryCheck:
                 f"{tool} is outside this task's boundaries: a {intent} task may use "
                 f"{', '.join(sorted(tools)) or 'no tools'}"
             )
-        if tool in WRITE_TOOLS:
+        if tool in FILE_WRITE_TOOLS:
             outside = [p for p in paths if not any(_write_glob(w)(p) for w in writes)]
             if outside:
                 return (

@@ -26,5 +26,10 @@ class Ended:
     status: Literal["completed", "failed"]
 
 
-StageOutcome = Next | Waits | Ended
+@dataclass(frozen=True)
+class Lost:
+    """Another worker holds the run now (this one's lease expired): stop, writing nothing."""
+
+
+StageOutcome = Next | Waits | Ended | Lost
 NEXT = Next()

@@ -1,7 +1,7 @@
 """Prometheus metrics at ``/metrics`` (SPEC O2), read from the database at each scrape.
 
 Workers on any number of machines write runs, model calls and tool calls to the database
-and each finished run adds its figures to its day's rollup cell (runs.rollups) in the
+and each finished run adds its figures to its day's rollup cell (runs.observability.rollups) in the
 transaction that ends it. So the web process that answers a scrape sees every worker's
 work, with no per-process state to merge: no global registry, no multiprocess files.
 
@@ -138,7 +138,6 @@ def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
     """Read one scrape's figures. Every agent gets its series, at zero before its first
     run, so rate() has a starting point; labels are agent slugs, never ids. The eval set's
     traffic is left out: its cases fail runs on purpose, and no alert should fire for it."""
-
     now = now or timezone.now()
     with read_snapshot():
         live = runs_by_active_status()

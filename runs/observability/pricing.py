@@ -21,7 +21,7 @@ CACHE_SECONDS = 60
 @dataclass(frozen=True)
 class CallCost:
     cost_usd: Decimal | None
-    basis: str  # runs.core.cost: reported, estimated or unpriced
+    basis: str  # runs.observability.core.cost: reported, estimated or unpriced
     price_id: int | None
 
 

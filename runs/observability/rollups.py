@@ -1,6 +1,6 @@
 """Daily rollups kept current as runs finish, and reconciled from the raw rows (SPEC O6).
 
-A run adds its figures (runs.core.rollup.contribution) to its day's cell in the same
+A run adds its figures (runs.observability.core.rollup.contribution) to its day's cell in the same
 transaction that ends it, under the cell's row lock, so the dashboards are current and a
 run counts exactly once. Reconciliation rebuilds days from the raw rows with the same
 function: it repairs whatever changed after a run ended (an approval cancelled later, a row
@@ -105,7 +105,6 @@ def _approvals(rows: Iterable[dict[str, Any]]) -> list[rollup.ApprovalFacts]:
 
 def run_contribution(run_id: Any, *, status: str | None = None) -> dict[str, Any]:
     """What a finished run adds to its cell (as ``status`` when given)."""
-
     run = Run.objects.filter(pk=run_id).values(*RUN_FIELDS).get()
     return rollup.contribution(
         _facts(run, status),
@@ -134,7 +133,6 @@ def total_locked(total_model: Any, day: date) -> Any:
 
 
 def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
-
     day = day_of(run.finished_at)
     cell = cell_locked(DailyRollup, day, run.agent_id, run.workspace_id)
     cell.data = rollup.merge(cell.data, change, sign)
@@ -249,7 +247,6 @@ def reconcile_day(
 
 def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
-
     left_out = set(Agent.objects.of_evals().values_list("pk", flat=True))
     if days is None:
         today = day_of(timezone.now())

@@ -146,7 +146,6 @@ def synthetic_runs_generate(
 ) -> SyntheticRuns:
     """Write ``runs`` finished runs over the last ``days`` days and count them in the
     rollups of their days."""
-
     agents = [dict(row) for row in Agent.objects.order_by("pk").values("pk", "model")]
     workspaces = list(Workspace.objects.order_by("pk").values_list("pk", flat=True))
     if not agents or not workspaces:

@@ -391,7 +391,6 @@ def approval_event(approval: Any, type: str) -> None:
 
 @_never_raises
 def _approval_span(approval_id: Any, parent: Context, ended_ns: int) -> None:
-
     tracer = _tracer()
     approval = ApprovalRequest.objects.select_related("decided_by").filter(pk=approval_id).first()
     if tracer is None or approval is None:
@@ -431,7 +430,6 @@ def run_transitioned(run: Run) -> None:
 def _run_ended(run_id: Any, status: str, at_ns: int) -> None:
     """1. A rollback (after the run completed, its spans sent): a ``harness.rollback`` span.
     2. Otherwise one ``harness.stage`` span per Step row, then the root span."""
-
     tracer = _tracer()
     run = Run.objects.select_related("agent", "workspace").filter(pk=run_id).first()
     if tracer is None or run is None:

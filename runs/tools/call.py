@@ -39,7 +39,7 @@ from .decide import (
     side_effect,
     tool_definition,
 )
-from .execute import child_context, execute
+from .execute import child_context_build, execute
 from .journal import journal_open
 from .mcp_client import mcp_call, mcp_decide
 from .record import instructions_after_writes, tool_call_record
@@ -171,7 +171,7 @@ def _builtin(
     if run is not None and tool_use_id:
         journal_open(record, definition, decided.paths, workspace, drafts)
     keys = [k for k in PATH_ARGUMENTS if k in arguments]
-    context = child_context(
+    context = child_context_build(
         tool=tool,
         definition=definition,
         side_effect=side_effect(definition),

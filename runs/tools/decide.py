@@ -7,7 +7,7 @@
 
 The answer is a value: :class:`Refused` (nothing runs; the record says why),
 :class:`NeedsApproval` (a person is asked) or :class:`Allowed`. MCP tools are decided by
-their own six checks (``mcp.mcp_decide``), into the same values.
+their own six checks (``mcp_client.mcp_decide``), into the same values.
 """
 
 from __future__ import annotations

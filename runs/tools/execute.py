@@ -20,7 +20,7 @@ from .isolation import run_isolated
 BACKOFF_SECONDS = 0.2
 
 
-def child_context(
+def child_context_build(
     *,
     tool: str,
     definition: ToolDefinition,

@@ -52,7 +52,7 @@ def run_isolated(
     context: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The tool's reply, or a tool error if it timed out or died. ``context`` is what the
-    console (not the model) tells the tool: see ``runs.tools.context``."""
+    console (not the model) tells the tool: see ``runs.tools.child_context``."""
     request = json.dumps(
         {"impl": impl, "root": root, "drafts": drafts, "args": args, "context": context or {}}
     )

@@ -13,14 +13,12 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from policies.core.tool_specs import FILE_WRITE_TOOLS
 from policies.models import ToolDefinition, Workspace
 
 from ..models import ToolCall
 from .decide import side_effect
 
-RECOVERABLE_WRITES = frozenset(
-    {"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"}
-)
 MAX_PRE_IMAGE_BYTES = 4 * 1024 * 1024
 
 
@@ -57,7 +55,7 @@ def journal_open(
 
 
 def recoverable(definition: ToolDefinition) -> bool:
-    return (definition.implementation or definition.name) in RECOVERABLE_WRITES
+    return (definition.implementation or definition.name) in FILE_WRITE_TOOLS
 
 
 def image(path: Any) -> str | None:

@@ -1,4 +1,4 @@
-"""The dashboards' charts, built on the server from runs.dashboards' plain figures.
+"""The dashboards' charts, built on the server from the plain figures of ``figures.py``.
 
 Each chart goes to the page as JSON (drawn by static/js/dashboards.js with the local
 plotly.js) together with a table of the same numbers. Every bar and point carries, in

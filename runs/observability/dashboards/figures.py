@@ -78,7 +78,6 @@ def retro_figures(
 def changes_between(first: date, last: date, *, agent_id: int | None = None) -> list[dict]:
     """Policy and instruction changes in the window, to mark on the time axis: when the
     figures move, these are the first suspects."""
-
     start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     window = {"created_at__gte": start, "created_at__lt": end}
@@ -139,7 +138,6 @@ def runs_by_active_status() -> dict[str, int]:
 
 
 def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) -> Ops:
-
     now = now or timezone.now()
     stuck_after = stuck_after or settings.HARNESS_STUCK_AFTER_SECONDS
     live = runs_by_active_status()

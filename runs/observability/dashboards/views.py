@@ -1,5 +1,5 @@
 """The operations and retrospective dashboards (SPEC O5, O6). Thin: check who is asking,
-read the figures of runs.dashboards (bounded rows whatever the history), chart, render."""
+read the figures of ``figures.py`` (bounded rows whatever the history), chart, render."""
 
 from __future__ import annotations
 
