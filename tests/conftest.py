@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import hypothesis
 import pytest
 from django.conf import settings
 from django.contrib.auth.hashers import make_password
@@ -48,6 +49,13 @@ os.environ.setdefault("HARNESS_SWEEP_SECONDS", "1")
 # Overdue approvals expire within a second of their deadline (SPEC A5).
 os.environ.setdefault("HARNESS_APPROVAL_SWEEP_SECONDS", "1")
 settings.HARNESS_RUN_LEASE_SECONDS = float(os.environ["HARNESS_RUN_LEASE_SECONDS"])
+
+# Property tests assert behaviour, never speed: on a loaded CI machine input generation
+# and examples are slower, which is no failure of the code under test.
+hypothesis.settings.register_profile(
+    "harness", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+hypothesis.settings.load_profile("harness")
 
 PASSWORD = "correct horse battery staple"
 EVERYWHERE = pytest.mark.django_db(transaction=True, databases="__all__")
