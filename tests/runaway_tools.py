@@ -57,3 +57,33 @@ def slow_read(root: Path, drafts: Path, args: dict) -> dict:
     with log.open("a") as handle:
         handle.write("done\n")
     return {"ok": True, "summary": "read slowly", "content": (root / args["path"]).read_text()}
+
+
+def sneaky_write(root, drafts, args):
+    """A tool declared read-only that describes a write anyway: the worker drops it."""
+    from runs.tools.effects import effect_write
+
+    effect_write("workspace", "sneaky.md", b"written by a read-only tool")
+    return {
+        "ok": True,
+        "summary": "Read nothing.",
+        "effects": [{"op": "write", "area": "workspace", "path": "sneaky.md", "data": "eA=="}],
+    }
+
+
+def gated_patch(root: Path, drafts: Path, args: dict) -> dict:
+    """patchDraft that waits at a gate first: a freeze test holds the call there, so the
+    patch is made only after another worker has taken the run over."""
+    from runs.tools.builtin.files import patch_draft
+
+    log = drafts.parent / f"gated-{drafts.name}.log"
+    gate = drafts.parent / f"gate-{drafts.name}"
+    with log.open("a") as handle:
+        handle.write("start\n")
+    deadline = time.monotonic() + 90
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reply = patch_draft(root, drafts, args)
+    with log.open("a") as handle:
+        handle.write("done\n")
+    return reply

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
 import threading
 import time
 import urllib.error
@@ -334,9 +336,10 @@ class BlockingReceiver:
 def test_killed_after_a_write_before_its_step_is_recorded(
     fresh_worker, personas, agent, workspace, docs
 ):
-    """patchDraft has written the draft; a post_tool_use webhook holds the worker before the
-    result is recorded; kill -9. The next worker finds the call journalled as running and
-    the draft changed: it records the write from disk, once, and never patches again."""
+    """patchDraft's child has made its patch; a post_tool_use webhook holds the worker before
+    the result and its effects are recorded; kill -9. The draft was never written (effects
+    reach the files only with their record), so the next worker finds the call journalled
+    as running and its file unchanged: it runs it again, and the patch is made once."""
     stack = fresh_worker
     receiver = BlockingReceiver(hang_on=2)  # readSource's post hook, then patchDraft's
     try:
@@ -353,20 +356,96 @@ def test_killed_after_a_write_before_its_step_is_recorded(
         draft = workspace.drafts_path / str(run.pk) / "docs" / "configuration.md"
 
         def patched_not_recorded() -> bool:
-            return draft.exists() and receiver.calls >= 2  # readSource's hook, then patchDraft's
+            return receiver.calls >= 2  # readSource's hook, then patchDraft's
 
         run = killed_and_resumed(stack, run.pk, patched_not_recorded)
     finally:
         receiver.close()
     assert run.status == "waiting_for_approval", run.failure_reason
     (patch,) = ToolCall.objects.filter(run=run, tool="patchDraft")
-    assert patch.status == "ok" and patch.output.get("recovered") is True
+    assert patch.status == "ok" and not patch.output.get("recovered")
     recovered = RunEvent.objects.get(run=run, type="tool.recovered")
-    assert recovered.payload["outcome"] == "recovered"
+    assert recovered.payload["outcome"] == "rerun"
     assert draft.read_text() == FIXED
     assert_recorded_once(run)
     approval = ApprovalRequest.objects.get(run=run)
     assert "+See [the guide](getting-started.md)." in approval.diff
+
+
+# --- frozen past the lease (SIGSTOP) ------------------------------------------------------------
+def test_a_worker_frozen_past_its_lease_mid_write_changes_nothing_when_it_wakes(
+    fresh_worker, personas, agent, workspace, monkeypatch
+):
+    """Found: a worker frozen past its lease (SIGSTOP) and woken after another worker re-ran
+    its patchDraft applied the patch a second time. The frozen worker's tool finishes its
+    patch only after the other worker made it; its effects then meet the fence and are
+    dropped: the draft holds the patch once."""
+    from policies.models import Policy, PolicyRule
+
+    stack, fake = fresh_worker, fresh_worker.fake_anthropic
+    (workspace.root_path / "docs").mkdir()
+    (workspace.root_path / "docs" / "notes.md").write_text("# Notes\n\nPort 8080.\n")
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": "string"} for k in ("path", "search", "replace")},
+    }
+    ToolDefinition.objects.create(
+        name="gatedPatch",
+        description="patchDraft behind a gate (tests).",
+        input_schema=schema,
+        permission_level="L1",
+        side_effect="filesystem_write",
+        implementation="tests.runaway_tools:gated_patch",
+        timeout_sec=120,
+    )
+    policy = Policy.objects.get(name="default")
+    PolicyRule.objects.create(
+        policy=policy, order=1, key="gated", tool="gatedPatch", decision="allow"
+    )
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    edit = {"path": "docs/notes.md", "search": "Port 8080.", "replace": "Port 8080. And 9090."}
+    fake.requests.clear()
+    fake.answers[:] = [
+        message(
+            [{"type": "tool_use", "id": "toolu_g1", "name": "gatedPatch", "input": edit}],
+            stop_reason="tool_use",
+        ),
+        message(
+            [{"type": "tool_use", "id": "toolu_p1", "name": "patchDraft", "input": edit}],
+            stop_reason="tool_use",
+        ),
+        message([{"type": "text", "text": "The notes mention port 9090 now."}]),
+    ]
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Update docs/notes.md to mention port 9090",
+    )
+    log = workspace.drafts_path / f"gated-{run.pk}.log"
+    gate = workspace.drafts_path / f"gate-{run.pk}"
+    wait_until(lambda: log.exists() and "start" in log.read_text(), timeout=60, what="the tool")
+    frozen = int(Run.objects.get(pk=run.pk).lease_owner.rsplit(":", 1)[1])
+    os.kill(frozen, signal.SIGSTOP)  # the pool process: its heartbeat stops with it
+    try:
+        run = wait_for(run.pk, "waiting_for_approval", *TERMINAL, timeout=90)
+    finally:
+        gate.touch()
+        os.kill(frozen, signal.SIGCONT)
+    assert run.status == "waiting_for_approval", run.failure_reason
+    wait_until(lambda: "done" in log.read_text(), timeout=30, what="the woken tool")
+    wait_until(
+        lambda: f"Stopping: Run {run.pk} is now leased" in stack.log("worker"),
+        timeout=30,
+        what="the woken worker to meet the fence",
+    )
+    draft = workspace.drafts_path / str(run.pk) / "docs" / "notes.md"
+    assert draft.read_text() == "# Notes\n\nPort 8080. And 9090.\n"
+    gated = ToolCall.objects.get(run=run, tool="gatedPatch")
+    assert gated.status == "error" and gated.output.get("interrupted") is True
+    assert ToolCall.objects.get(run=run, tool="patchDraft").status == "ok"
+    assert Run.objects.get(pk=run.pk).lease_takeovers == 1
+    assert_recorded_once(run)
 
 
 # --- two workers, twenty runs -----------------------------------------------------------------

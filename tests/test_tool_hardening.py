@@ -133,14 +133,16 @@ def test_a_path_that_changed_since_the_decision_is_not_touched(workspace, tmp_pa
 
 
 def test_a_write_never_follows_a_link_put_in_its_place(workspace, tmp_path):
-    from runs.tools.builtin.common import write_nofollow
+    """The tool resolved trap.md; a link to another file of the workspace took its place
+    before the worker applied the write: nothing is written, the other file is intact."""
+    from runs.tools.effects import EffectRefused, effects_apply
 
-    outside = tmp_path / "victim.txt"
-    outside.write_text("intact")
-    os.symlink(outside, workspace.root_path / "trap.md")
-    with pytest.raises(OSError):
-        write_nofollow(workspace.root_path / "trap.md", b"overwritten")
-    assert outside.read_text() == "intact"
+    (workspace.root_path / "victim.md").write_text("intact")
+    os.symlink(workspace.root_path / "victim.md", workspace.root_path / "trap.md")
+    write = {"op": "write", "area": "workspace", "path": "trap.md", "data": "b3ZlcndyaXR0ZW4="}
+    with pytest.raises(EffectRefused, match=r"now leads to victim\.md"):
+        effects_apply([write], root=workspace.root_path, drafts=tmp_path)
+    assert (workspace.root_path / "victim.md").read_text() == "intact"
 
 
 def test_every_large_field_is_truncated_not_only_the_content():

@@ -5,6 +5,7 @@ reconciles a call it finds running instead of repeating it."""
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 from typing import Any
 
 from policies.permissions import policy_for_agent
@@ -22,12 +23,9 @@ from .driver_state import Driver
 def harness_call(
     driver: Driver, run: Run, tool: str, arguments: dict[str, Any], tool_use_id: str, **extra: Any
 ) -> ToolCall:
-    record = ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
-    if record is not None and record.status == "running":
-        if tool_call_recover(record=record) == "rerun":
-            record = None
-        else:
-            record = ToolCall.objects.get(pk=record.pk)
+    record = running_call_recover(
+        driver, run, ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
+    )
     if record is None:
         try:
             record = tool_call_run(
@@ -37,6 +35,7 @@ def harness_call(
                 policy=policy_for_agent(run.agent),
                 run=run,
                 tool_use_id=tool_use_id,
+                fence=partial(fenced, driver.lease),
                 **extra,
             )
         except ToolCallStarted:
@@ -47,6 +46,23 @@ def harness_call(
         with fenced(driver.lease):
             run_event_append(run_id=run.pk, type="tool.call", payload=tool_event(record))
     return record
+
+
+def running_call_recover(driver: Driver, run: Run, record: ToolCall | None) -> ToolCall | None:
+    """A call found running when this worker took the run over: reconciled from its journal
+    (``runs.tools.recover``) under the fence, and said on the timeline; None when it is to
+    run (again). The fence comes first: a worker that lost the run meanwhile touches
+    nothing, and the one that holds it knows the previous holder can no longer write."""
+    if record is None or record.status != "running":
+        return record
+    with fenced(driver.lease):
+        outcome = tool_call_recover(record=record)
+        run_event_append(
+            run_id=run.pk,
+            type="tool.recovered",
+            payload={"tool_use_id": record.tool_use_id, "tool": record.tool, "outcome": outcome},
+        )
+    return None if outcome == "rerun" else ToolCall.objects.get(pk=record.pk)
 
 
 def path_id(path: str) -> str:

@@ -5,6 +5,7 @@ call the policy asks about waits for a person; the decision comes back here
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -27,10 +28,10 @@ from ..models import Run, ToolCall
 from ..tools.call import tool_call_run
 from ..tools.journal import ToolCallStarted
 from ..tools.record import tool_output
-from ..tools.recover import tool_call_recover
 from .approval import approval_holds, edited_note
 from .checkpoints import run_fields_write, tool_event, username
 from .driver_state import Driver
+from .harness_calls import running_call_recover
 from .intake import boundary_check
 from .outcomes import NEXT, StageOutcome, Waits
 
@@ -46,15 +47,9 @@ def tool_step(
     block = last_tool_use(driver.rows, tool_use_id)
     if block is None:
         raise loop.InvalidLoopEvent(f"No tool_use {tool_use_id} in the conversation.")
-    record = ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
-    if record is not None and record.status == "running":
-        outcome = tool_call_recover(record=record)
-        run_event_append(
-            run_id=run.pk,
-            type="tool.recovered",
-            payload={"tool_use_id": tool_use_id, "tool": record.tool, "outcome": outcome},
-        )
-        record = None if outcome == "rerun" else ToolCall.objects.get(pk=record.pk)
+    record = running_call_recover(
+        driver, run, ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
+    )
     if record is None:
         limit = settings.HARNESS_MAX_TOOL_CALLS_PER_TURN
         position = tool_use_position(driver.rows, tool_use_id)
@@ -120,6 +115,7 @@ def _tool_call(
             boundary=boundary_check(run),
             transform=run_hooks.post_tool_use_transform(run, tool),
             before_run=before_run,
+            fence=partial(fenced, driver.lease),
         )
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None

@@ -18,8 +18,10 @@ records every call, the model's and the harness's, built-in and MCP, and so does
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from policies.core.permissions import Grant, Policy
@@ -39,13 +41,15 @@ from .decide import (
     side_effect,
     tool_definition,
 )
+from .effects import effects_applied
 from .execute import child_context_build, execute
 from .journal import journal_open
 from .mcp_client import mcp_call, mcp_decide
-from .record import instructions_after_writes, tool_call_record
+from .record import instructions_after_writes, tool_call_record, tool_reply_transformed
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 BeforeRun = Callable[[str, dict[str, Any]], tuple[str, str] | None]
+Fence = Callable[[], AbstractContextManager[Any]]
 
 
 @traced_tool_call
@@ -64,6 +68,7 @@ def tool_call_run(
     boundary: BoundaryCheck | None = None,
     transform: Transform | None = None,
     before_run: BeforeRun | None = None,
+    fence: Fence = transaction.atomic,
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
@@ -76,7 +81,9 @@ def tool_call_run(
     ``transform`` (the post_tool_use hooks) rewrites the output before anything stores or
     shows it, so a redacted secret reaches neither the model, the page nor an artifact;
     ``before_run`` (the pre_tool_use hooks) runs once the call is allowed, and may still
-    refuse it with a (rule, reason).
+    refuse it with a (rule, reason); ``fence`` is the transaction that journals the call and
+    records it with its effects (a run's lease fence: a worker that lost the run raises
+    :class:`~runs.leases.LeaseLost` there and changes nothing).
     """
     if grants is None:
         grants = grants_for_run(run) if run is not None else ()
@@ -95,7 +102,9 @@ def tool_call_run(
         return _refuse(record, refused)
     assert definition is not None and isinstance(arguments, dict)
     if definition.source == "mcp":
-        return _mcp(record, definition, workspace, arguments, policy, grants, transform, before_run)
+        return _mcp(
+            record, definition, workspace, arguments, policy, grants, transform, before_run, fence
+        )
     return _builtin(
         record,
         tool,
@@ -111,6 +120,7 @@ def tool_call_run(
         boundary=boundary,
         transform=transform,
         before_run=before_run,
+        fence=fence,
     )
 
 
@@ -130,10 +140,12 @@ def _builtin(
     boundary: BoundaryCheck | None,
     transform: Transform | None,
     before_run: BeforeRun | None,
+    fence: Fence,
 ) -> ToolCall:
     """A built-in (or custom) tool: decided by its paths, the boundaries and the policy;
     an ask is handed back unsaved (``hold_asks``) or refused; an allowed call runs in a
-    child process, journalled first within a run."""
+    child process, journalled first within a run, and its effects reach the files only with
+    its record, under the fence."""
     decided = builtin_decide(
         definition=definition,
         tool=tool,
@@ -145,22 +157,7 @@ def _builtin(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        verdict = decided.verdict
-        record.path = (decided.paths[0] if decided.paths else "")[:1024]
-        record.decision, record.rule, record.reason = (
-            verdict.decision,
-            verdict.rule or "",
-            verdict.reason,
-        )
-        record.human_only = verdict.human_only
-        if hold_asks:
-            record.status = "ask"
-            return record  # unsaved: the caller asks a person
-        reason = f"{verdict.decision}: {verdict.reason}"
-        return _refuse(
-            record,
-            Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
-        )
+        return _needs_approval(record, decided, hold_asks=hold_asks)
     if isinstance(decided, Refused):
         return _refuse(record, decided)
     _allow(record, decided)
@@ -169,7 +166,7 @@ def _builtin(
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
     if run is not None and tool_use_id:
-        journal_open(record, definition, decided.paths, workspace, drafts)
+        journal_open(record, definition, decided.paths, workspace, drafts, fence=fence)
     keys = [k for k in PATH_ARGUMENTS if k in arguments]
     context = child_context_build(
         tool=tool,
@@ -190,7 +187,15 @@ def _builtin(
         grants=grants,
         context=context,
     )
-    record = tool_call_record(record, reply, transform)
+    reply = tool_reply_transformed(reply, transform)
+    with fence():
+        reply = effects_applied(
+            reply,
+            may_write=side_effect(definition) == "filesystem_write",
+            root=workspace.root_path,
+            drafts=drafts,
+        )
+        record = tool_call_record(record, reply)
     instructions_after_writes(record, workspace)
     return record
 
@@ -204,6 +209,7 @@ def _mcp(
     grants: Sequence[Grant],
     transform: Transform | None,
     before_run: BeforeRun | None,
+    fence: Fence,
 ) -> ToolCall:
     """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
     the external call's request id is kept with the output). The pre_tool_use hooks run
@@ -211,7 +217,7 @@ def _mcp(
     if before_run is not None and (halted := before_run(record.tool, arguments)):
         return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
     if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
-        journal_open(record, definition)
+        journal_open(record, definition, fence=fence)
     now = timezone.now()
     server, decided = mcp_decide(
         definition=definition,
@@ -229,7 +235,30 @@ def _mcp(
     reply = mcp_call(
         server=server, definition=definition, arguments=arguments, workspace=workspace, now=now
     )
-    return tool_call_record(record, reply, transform)
+    reply = tool_reply_transformed(reply, transform)
+    with fence():
+        return tool_call_record(record, reply)
+
+
+def _needs_approval(record: ToolCall, asked: NeedsApproval, *, hold_asks: bool) -> ToolCall:
+    """The policy asks a person: handed back unsaved for the caller to ask (``hold_asks``),
+    or refused where nobody can be asked."""
+    verdict = asked.verdict
+    record.path = (asked.paths[0] if asked.paths else "")[:1024]
+    record.decision, record.rule, record.reason = (
+        verdict.decision,
+        verdict.rule or "",
+        verdict.reason,
+    )
+    record.human_only = verdict.human_only
+    if hold_asks:
+        record.status = "ask"
+        return record  # unsaved: the caller asks a person
+    reason = f"{verdict.decision}: {verdict.reason}"
+    return _refuse(
+        record,
+        Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
+    )
 
 
 def _allow(record: ToolCall, allowed: Allowed) -> None:

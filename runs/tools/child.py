@@ -17,6 +17,7 @@ from policies.core.paths import PathRefused
 from .builtin import IMPLEMENTATIONS
 from .builtin.common import ToolFailure
 from .child_context import CONSOLE
+from .effects import effects_collect
 
 
 def _implementation(name: str):
@@ -30,9 +31,13 @@ def _implementation(name: str):
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     CONSOLE.set(request.get("context") or {})
+    effects = effects_collect()
     try:
         function = _implementation(request["impl"])
-        return function(Path(request["root"]), Path(request["drafts"]), request["args"])
+        reply = function(Path(request["root"]), Path(request["drafts"]), request["args"])
+        if effects and reply.get("ok"):  # applied by the worker, under the run's fence
+            reply["effects"] = effects
+        return reply
     except PathRefused as error:
         return {"ok": False, "error": str(error), "retryable": False}
     except ToolFailure as error:

@@ -7,7 +7,8 @@ repeating the call."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,12 @@ def journal_open(
     paths: Sequence[str] = (),
     workspace: Workspace | None = None,
     drafts: Path | None = None,
+    fence: Callable[[], AbstractContextManager[Any]] = transaction.atomic,
 ) -> None:
-    """Insert the call as running before it runs; a second worker cannot (unique id). A
-    write the harness can check afterwards keeps its files' bytes from before."""
+    """Insert the call as running before it runs; a second worker cannot (unique id), nor
+    one that lost the run (``fence``: the run's lease, checked in the insert's transaction).
+    A write the harness can check afterwards keeps its files' bytes from before, read
+    before the transaction."""
     if (
         workspace is not None
         and drafts is not None
@@ -48,7 +52,7 @@ def journal_open(
         }
     record.status = "running"
     try:
-        with transaction.atomic():
+        with fence(), transaction.atomic():
             record.save(force_insert=True)
     except IntegrityError:
         raise ToolCallStarted(f"Tool call {record.tool_use_id} was started already.") from None

@@ -68,15 +68,24 @@ def _truncate(output: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return {**shown, **timing}, full
 
 
-def tool_call_record(
-    record: ToolCall,
-    reply: dict[str, Any],
-    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> ToolCall:
-    writes = reply.pop("writes", [])
+def tool_reply_transformed(
+    reply: dict[str, Any], transform: Callable[[dict[str, Any]], dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The reply as the post_tool_use hooks rewrite it (a redacted secret reaches neither
+    the model, the page nor an artifact), before any transaction: a hook may call out. The
+    bytes a call wrote and its effects are the files' own, not output: the hooks see neither."""
+    kept: dict[str, Any] = {k: reply.pop(k) for k in ("writes", "effects") if k in reply}
     reply = clean(reply)
     if transform is not None:
         reply = transform(reply)
+    return {**reply, **kept}
+
+
+def tool_call_record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
+    """Store the call's status, its output as the model may see it and its writes; call
+    with the reply already transformed (:func:`tool_reply_transformed`)."""
+    writes = reply.pop("writes", [])
+    reply = clean(reply)
     record.status = "ok" if reply.get("ok") else ("timeout" if reply.get("timed_out") else "error")
     record.error = "" if reply.get("ok") else str(reply.get("error", "failed"))
     shown, full = _truncate(reply)

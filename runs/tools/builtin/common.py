@@ -1,6 +1,6 @@
-"""What every built-in tool shares: the failure the model sees, bounded byte reads and
-writes that never follow a link swapped in late, and paths resolved again at the moment
-of use (SPEC T3, T5, R8)."""
+"""What every built-in tool shares: the failure the model sees, bounded byte reads that
+never follow a link swapped in late, and paths resolved again at the moment of use (SPEC
+T3, T5, R8). Writes are described, not made: ``runs.tools.effects``."""
 
 from __future__ import annotations
 
@@ -47,14 +47,6 @@ def read_bounded(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes | None:
     if len(data) > limit:
         raise ToolFailure(f"{path.name} is over {limit} bytes: too large for this tool.")
     return data
-
-
-def write_nofollow(path: Path, data: bytes) -> None:
-    """Write without following a link that appeared after the path was resolved."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
 
 
 def resolve_at_use(root: Path, args: dict, key: str) -> WorkspacePath:

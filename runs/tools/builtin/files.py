@@ -3,6 +3,8 @@ drafts folder and validated arguments, and returns the output shape of T4.
 
 Writes go to drafts first (T5); only commitDraft, deleteFile and renameFile touch formal
 files, and each reports the exact bytes before and after (R8) for the caller to record.
+No tool writes itself: each describes its changes (``runs.tools.effects``), and the worker
+applies them under the run's fence, so a worker that lost its lease changes nothing.
 Every path is resolved inside the workspace at the moment of use (links followed).
 """
 
@@ -19,6 +21,7 @@ from wcmatch import glob as wcglob
 from policies.core.diffs import file_diff
 
 from ..child_context import console, permitted
+from ..effects import effect_move, effect_remove, effect_write
 from .common import (
     MAX_MATCHES,
     MAX_READ_BYTES,
@@ -28,7 +31,6 @@ from .common import (
     read_bounded,
     resolve_at_use,
     utf8_text,
-    write_nofollow,
     write_record,
 )
 
@@ -104,8 +106,8 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
 
 def create_draft(root: Path, drafts: Path, args: dict) -> Output:
     resolved = resolve_at_use(root, args, "path")
-    target = draft_path(drafts, resolved.relative)
-    write_nofollow(target, args["content"].encode("utf-8"))
+    draft_path(drafts, resolved.relative)  # refuses a draft path leading elsewhere
+    effect_write("drafts", resolved.relative, args["content"].encode("utf-8"))
     formal = read_bounded(resolved.absolute)
     diff = file_diff(formal, args["content"].encode(), resolved.relative)
     return {
@@ -184,7 +186,7 @@ def patch_draft(root: Path, drafts: Path, args: dict) -> Output:
         new = _apply_search_replace(text, args["search"], args["replace"], resolved.relative)
     else:
         raise ToolFailure("Give either patch (a unified diff) or search and replace.")
-    write_nofollow(target, new.encode("utf-8"))
+    effect_write("drafts", resolved.relative, new.encode("utf-8"))
     return {
         "ok": True,
         "path": resolved.relative,
@@ -201,8 +203,8 @@ def commit_draft(root: Path, drafts: Path, args: dict) -> Output:
     if after is None:
         raise ToolFailure(f"There is no draft of {resolved.relative} to commit.")
     before = read_bounded(resolved.absolute)
-    write_nofollow(resolved.absolute, after)
-    draft.unlink()
+    effect_write("workspace", resolved.relative, after)
+    effect_remove("drafts", resolved.relative)
     return {
         "ok": True,
         "path": resolved.relative,
@@ -217,7 +219,7 @@ def delete_file(root: Path, drafts: Path, args: dict) -> Output:
     if not resolved.absolute.is_file():
         raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
     before = read_bounded(resolved.absolute) or b""
-    resolved.absolute.unlink()
+    effect_remove("workspace", resolved.relative)
     return {
         "ok": True,
         "path": resolved.relative,
@@ -235,8 +237,7 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
     if target.absolute.exists():
         raise ToolFailure(f"{target.relative} exists already; renaming never overwrites.")
     data = read_bounded(source.absolute) or b""
-    target.absolute.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(source.absolute, target.absolute)
+    effect_move("workspace", source.relative, target.relative)
     return {
         "ok": True,
         "path": target.relative,
