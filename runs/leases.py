@@ -5,12 +5,15 @@ redelivers a task whose worker died, and Redis redelivers only after its visibil
 timeout (../shared/NOTES.md). So:
 
 - a worker *claims* a run with one conditional update (free or expired lease only), which
-  also increments ``lease_token``; only one claimant can win;
+  also increments ``lease_token``; only one claimant can win; taking over an expired lease
+  (its worker died or froze) also counts in ``lease_takeovers``;
 - while it works, a heartbeat thread renews the lease; every checkpoint is written inside
   :func:`fenced`, which re-reads the token under the row lock, so a worker that lost its
   lease (frozen past the expiry, then woken) cannot write another step;
 - a periodic sweeper re-dispatches active runs whose lease expired; a run waiting for a
-  person is not active in this sense and holds no lease.
+  person is not active in this sense and holds no lease, nor does an ended one (the
+  transition that ends it or makes it wait clears the lease fields, and neither the
+  heartbeat nor a fence sets them again).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Q, Value, When
 from django.utils import timezone
 
 from .core import status as run_status
@@ -34,8 +37,7 @@ from .models import Run
 
 logger = logging.getLogger(__name__)
 
-# A worker may hold these; created runs are claimed from the start, waiting ones never.
-CLAIMABLE = (run_status.CREATED, run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
+CLAIMABLE = run_status.CLAIMABLE
 
 
 class LeaseLost(Exception):
@@ -47,6 +49,7 @@ class Lease:
     run_id: Any
     token: int
     worker: str
+    takeovers: int = 0  # how many workers lost this run before this one (see the model)
 
 
 def lease_seconds() -> float:
@@ -63,21 +66,29 @@ def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
             .update(
                 lease_owner=worker[:200],
                 lease_token=F("lease_token") + 1,
+                lease_takeovers=Case(
+                    When(lease_expires_at__isnull=False, then=F("lease_takeovers") + 1),
+                    default=F("lease_takeovers"),
+                    output_field=PositiveIntegerField(),
+                ),
                 lease_expires_at=now + timedelta(seconds=lease_seconds()),
             )
         )
         if not claimed:
             return None
-        token = Run.objects.filter(pk=run_id).values_list("lease_token", flat=True).get()
-    return Lease(run_id=run_id, token=token, worker=worker)
+        token, takeovers = (
+            Run.objects.filter(pk=run_id).values_list("lease_token", "lease_takeovers").get()
+        )
+    return Lease(run_id=run_id, token=token, worker=worker, takeovers=takeovers)
 
 
 def lease_renew(lease: Lease) -> bool:
+    """Extend the lease while the run is active; False once another worker holds it (a
+    run that waits or ended is not renewed: its lease was cleared on purpose)."""
     expires = timezone.now() + timedelta(seconds=lease_seconds())
-    return bool(
-        Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-            lease_expires_at=expires
-        )
+    held = Run.objects.filter(pk=lease.run_id, lease_token=lease.token)
+    return bool(held.filter(status__in=CLAIMABLE).update(lease_expires_at=expires)) or (
+        held.exists()
     )
 
 
@@ -99,7 +110,11 @@ def fenced(lease: Lease) -> Iterator[None]:
     with transaction.atomic():
         expires = timezone.now() + timedelta(seconds=lease_seconds())
         if not Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-            lease_expires_at=expires
+            lease_expires_at=Case(
+                When(status__in=CLAIMABLE, then=Value(expires)),
+                default=Value(None),
+                output_field=DateTimeField(),
+            )
         ):
             owner = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", flat=True)
             raise LeaseLost(f"Run {lease.run_id} is now leased by {owner.first() or 'nobody'}.")

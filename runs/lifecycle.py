@@ -55,6 +55,9 @@ def run_transition(
             # A rollback later keeps the moment the run finished: its day's figures move
             # from completed to rolled back in that same day.
             run.finished_at, fields = now, [*fields, "finished_at"]
+        if to not in run_status.CLAIMABLE:  # waiting or ended: no worker holds it any more
+            run.lease_owner, run.lease_expires_at = "", None
+            fields = [*fields, "lease_owner", "lease_expires_at"]
         if to == run_status.FAILED:
             run.failure_reason = failure_reason.strip()
             run.failure_kind = failure_kind(run.failure_reason)

@@ -55,6 +55,9 @@ class Run(EvalAware):
     # claim increments the fencing token, so a worker that lost its lease cannot write.
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_token = models.PositiveBigIntegerField(default=0)
+    # Claims that took the run from a worker that stopped holding it (its lease expired):
+    # lost workers, not resumes after a person's decision, which claim a released lease.
+    lease_takeovers = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.ForeignKey(

@@ -3,6 +3,8 @@ stages, the loop, approvals, answers, cancel, rollback, at-most-once tool calls.
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
@@ -10,7 +12,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from approvals.outcomes import AlreadyDecided
 from runs.approval_outcomes import approval_decide
-from runs.flow.driver import MAX_CLAIMS
+from runs.flow.driver import MAX_TAKEOVERS
 from runs.flow.harness_calls import path_id
 from runs.models import Message, ModelCall, Run, ToolCall, WriteRecord
 from runs.services import run_answer, run_cancel, run_create, run_rollback
@@ -297,9 +299,25 @@ def test_cancel_while_a_worker_holds_the_run_stops_it_at_the_next_step(personas,
 
 
 def test_a_run_whose_workers_keep_dying_is_given_up(personas, run, docs):
-    Run.objects.filter(pk=run.pk).update(lease_token=MAX_CLAIMS)
+    # The last of them died holding the lease: this claim takes it over, one too many.
+    expired = timezone.now() - datetime.timedelta(seconds=1)
+    Run.objects.filter(pk=run.pk).update(
+        lease_takeovers=MAX_TAKEOVERS, lease_token=MAX_TAKEOVERS, lease_expires_at=expired
+    )
     run = drive(run)
-    assert run.status == "failed" and "abandoned after" in run.failure_reason
+    assert run.status == "failed"
+    assert run.failure_reason.startswith(f"abandoned after {MAX_TAKEOVERS} lost workers")
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)
+
+
+def test_resumes_after_decisions_are_not_lost_workers(personas, run, docs):
+    """A run that asked hundreds of approvals claims a released lease each time it resumes:
+    however many, it is not given up (found: a healthy run failed at its 100th approval)."""
+    Run.objects.filter(pk=run.pk).update(lease_token=10 * MAX_TAKEOVERS, lease_takeovers=3)
+    run = drive(run)
+    assert run.status == "waiting_for_approval", run.failure_reason
+    assert run.lease_takeovers == 3
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)
 
 
 def test_no_approver_is_asked_to_delete_a_file_that_is_not_there(personas, agent, workspace):

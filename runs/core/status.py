@@ -64,6 +64,9 @@ TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
 TERMINAL: Final[frozenset[RunStatus]] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 WAITING: Final[frozenset[RunStatus]] = frozenset({WAITING_FOR_ANSWER, WAITING_FOR_APPROVAL})
 ACTIVE: Final[frozenset[RunStatus]] = frozenset(set(STATUSES) - {COMPLETED, FAILED, ROLLED_BACK})
+# What a worker may hold (a lease, SPEC R9): created runs are claimed from the start; a
+# waiting or ended run holds none.
+CLAIMABLE: Final[tuple[RunStatus, ...]] = (CREATED, PLANNING, RUNNING, VERIFYING)
 
 
 class InvalidTransition(ValueError):

@@ -25,7 +25,7 @@ from .verify import verify_stage
 logger = logging.getLogger(__name__)
 
 MAX_UNITS_PER_CLAIM = 10_000  # a guard against a bug looping forever, far above max_turns
-MAX_CLAIMS = 100
+MAX_TAKEOVERS = 100  # workers lost by one run (killed, frozen): then it is given up
 
 Stage = Callable[[Driver, Run], StageOutcome]
 STAGES: dict[str, Stage] = {
@@ -41,7 +41,8 @@ def run_drive(*, run_id: Any, worker: str) -> None:
     """Claim the run and drive it until it waits for a person or ends.
 
     1. Claim the lease (one conditional update); a run held, waiting or ended is left.
-    2. A run claimed too often kills its workers (say, out of memory): it fails.
+    2. A run that keeps losing its workers (killing them, say, out of memory) fails; a
+       resume after a person's decision is no lost worker, however many a run asks.
     3. Under a heartbeat, advance stage by stage; a lost lease stops without writing, a
        harness bug fails the run saying why, and nothing recorded is lost.
     4. Release the lease; a cancel that arrived during a wait takes effect now.
@@ -50,8 +51,8 @@ def run_drive(*, run_id: Any, worker: str) -> None:
     if lease is None:
         logger.info("Run %s is not claimable (held, waiting or ended).", run_id)
         return
-    if lease.token > MAX_CLAIMS:
-        run_fail(lease, f"abandoned after {MAX_CLAIMS} claims: its workers keep stopping")
+    if lease.takeovers > MAX_TAKEOVERS:
+        run_fail(lease, f"abandoned after {MAX_TAKEOVERS} lost workers: its workers keep stopping")
         lease_release(lease)
         return
     try:
