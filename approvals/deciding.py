@@ -15,9 +15,10 @@ from django.utils import timezone
 from harness_console.roles import may_decide
 
 from .core.patch import PatchError, apply_patch, parse_patch
+from .expiry import approval_expiry_record
 from .fingerprint import originals_for
 from .models import ApprovalDecision, ApprovalRequest
-from .outcomes import AlreadyDecided, Approved, Decided, Rejected, Vote
+from .outcomes import AlreadyDecided, Approved, Decided, Expired, Rejected, Vote
 
 DECISIONS = ("approve", "reject")
 MAX_COMMENT_CHARS = 4000
@@ -63,11 +64,13 @@ def approval_decision_record(
     remember: bool,
     digest: str,
     edited_diff: str,
-) -> Decided:
+) -> Decided | Expired:
     """Record one checked decision. A request needing M approvers stays pending until M
-    distinct approvers said yes (a :class:`Vote`); one rejection rejects it. Call inside
-    the caller's transaction, with the run's row locked first (the one lock order of
-    cancel, expiry and decisions: no deadlock)."""
+    distinct approvers said yes (a :class:`Vote`); one rejection rejects it. Past its
+    deadline, judged under the request's lock at the moment of recording, it is expired
+    instead (:class:`Expired`): no decision is ever recorded late, however long the
+    decision waited for the lock. Call inside the caller's transaction, with the run's
+    row locked first (the one lock order of cancel, expiry and decisions: no deadlock)."""
     assert transaction.get_connection().in_atomic_block, "decide inside a transaction"
     current = (
         ApprovalRequest.objects.select_for_update(of=("self",))
@@ -76,6 +79,11 @@ def approval_decision_record(
     )
     if not current.is_pending:
         raise AlreadyDecided(current)
+    now = timezone.now()
+    if current.expires_at is not None and current.expires_at <= now:
+        expired = approval_expiry_record(approval=current, now=now)
+        assert expired is not None, "a pending request past its deadline expires under its lock"
+        return expired
     if current.decisions.filter(user=user).exists():
         raise AlreadyDecided(
             current,
@@ -103,7 +111,7 @@ def approval_decision_record(
     ).update(
         status=status,
         decided_by=user,
-        decided_at=timezone.now(),
+        decided_at=now,
         comment=comment,
         remember=remember and decision == "approve",
         edited_diff=edited_diff,

@@ -71,9 +71,6 @@ def approval_decide(
         digest=digest,
         edited_diff=edited_diff,
     )
-    if approval.expires_at is not None and approval.expires_at <= timezone.now():
-        approval_expire(approval_id=approval.pk)
-        raise AlreadyDecided(ApprovalRequest.objects.get(pk=approval.pk))
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=approval.run_id)
         outcome = approval_decision_record(
@@ -85,7 +82,14 @@ def approval_decide(
             digest=digest,
             edited_diff=edited_diff,
         )
-        _decision_apply(run, outcome)
+        if isinstance(outcome, Expired):
+            _expiry_apply(run, outcome)
+        else:
+            _decision_apply(run, outcome)
+    if isinstance(outcome, Expired):  # the expiry stands; the decision is refused
+        raise AlreadyDecided(
+            ApprovalRequest.objects.select_related("decided_by").get(pk=approval.pk)
+        )
     return outcome
 
 

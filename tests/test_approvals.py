@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import connections
+from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -508,6 +509,53 @@ def test_a_decision_after_the_deadline_is_refused_even_before_the_sweep(
     approval.refresh_from_db()
     with pytest.raises(AlreadyDecided, match="expired"):
         approval_decide(approval=approval, user=personas.approver, decision="approve")
+    approval.refresh_from_db()
+    run.refresh_from_db()
+    assert approval.status == "expired" and not approval.decisions.exists()
+    assert run.status == "failed" and run.failure_reason.startswith("approval expired")
+
+
+def test_a_decision_that_waited_for_the_lock_past_the_deadline_is_refused(
+    personas, agent, workspace, docs
+):
+    """Found: decisions recorded up to 23 ms late. The deadline is judged under the lock
+    that records the decision, not before waiting for it."""
+    run = driven(personas, agent, workspace)
+    approval = ApprovalRequest.objects.get(run=run, status="pending")
+    deadline = timezone.now() + datetime.timedelta(seconds=0.5)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=deadline)
+    approval.refresh_from_db()
+    locked, release, outcome = threading.Event(), threading.Event(), {}
+
+    def hold_the_run() -> None:
+        try:
+            with transaction.atomic():  # the run's row (PostgreSQL), the write lock (SQLite)
+                Run.objects.select_for_update().filter(pk=run.pk).update(event_seq=F("event_seq"))
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    def decide() -> None:
+        try:
+            approval_decide(approval=approval, user=personas.approver, decision="approve")
+            outcome["decided"] = True
+        except AlreadyDecided as error:
+            outcome["refused"] = str(error)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_run)
+    holder.start()
+    assert locked.wait(10)
+    decider = threading.Thread(target=decide)
+    decider.start()
+    while timezone.now() <= deadline + datetime.timedelta(seconds=0.2):
+        threading.Event().wait(0.05)
+    release.set()
+    holder.join(10)
+    decider.join(30)
+    assert "expired" in outcome.get("refused", ""), outcome
     approval.refresh_from_db()
     run.refresh_from_db()
     assert approval.status == "expired" and not approval.decisions.exists()
