@@ -50,6 +50,7 @@ def test_a_doc_update_waits_for_approval_then_commits(personas, run, docs):
     assert run.status == "verifying"
     run = drive(run)
     assert run.status == "completed", run.failure_reason
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)  # no worker holds it now
     assert (docs / "configuration.md").read_text() == FIXED
     write = WriteRecord.objects.get(tool_call__run=run)
     assert bytes(write.before).decode() == BROKEN and bytes(write.after).decode() == FIXED
@@ -296,6 +297,37 @@ def test_cancel_while_a_worker_holds_the_run_stops_it_at_the_next_step(personas,
     run = drive(run)
     assert run.status == "failed" and run.failure_reason == "cancelled by otto-operator"
     assert "run.cancelled" in types(run)
+
+
+def test_a_commit_found_running_is_reconciled_once_and_said_on_the_timeline(
+    personas, run, docs
+):
+    """A worker died inside commitDraft before its effects were applied: the next worker
+    finds the call journalled as running with the files unchanged, says so on the timeline
+    (tool.recovered, as for the model's calls) and commits once."""
+    from runs.tools.journal import image
+
+    run = drive(run)
+    approval = ApprovalRequest.objects.get(run=run)
+    approval_decide(approval=approval, user=personas.approver, decision="approve")
+    draft = run.workspace.drafts_path / str(run.pk) / "docs" / "configuration.md"
+    ToolCall.objects.create(
+        run=run,
+        workspace=run.workspace,
+        tool_use_id=f"commit:{path_id('docs/configuration.md')}",
+        tool="commitDraft",
+        status="running",
+        pre_images={
+            "workspace:docs/configuration.md": image(docs / "configuration.md"),
+            "drafts:docs/configuration.md": image(draft),
+        },
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    (recovered,) = run.events.filter(type="tool.recovered")
+    assert recovered.payload["tool"] == "commitDraft" and recovered.payload["outcome"] == "rerun"
+    assert (docs / "configuration.md").read_text() == FIXED
+    assert WriteRecord.objects.filter(tool_call__run=run).count() == 1
 
 
 def test_a_run_whose_workers_keep_dying_is_given_up(personas, run, docs):
