@@ -185,3 +185,111 @@ def test_a_tool_that_may_not_write_has_its_changes_dropped(workspace):
     record = tool_call_run(workspace=workspace, tool="sneakyRead", arguments={}, policy=OPEN)
     assert record.status == "error" and "may not change files" in record.error
     assert not (workspace.root_path / "sneaky.md").exists()
+
+
+# --- every kind of tool call ------------------------------------------------------------------
+KINDS = {
+    "readSource": {"path": "docs/guide.md"},
+    "glob": {"pattern": "docs/*.md"},
+    "grep": {"pattern": "Port"},
+    "searchDocs": {"query": "port"},
+    "runValidation": {"path": "docs/guide.md"},
+    "createDraft": {"path": "docs/new.md", "content": "# New\n"},
+    "patchDraft": {"path": "docs/guide.md", "search": "8080.", "replace": "8080. Or 9090."},
+    "commitDraft": {"path": "docs/guide.md"},
+    "deleteFile": {"path": "docs/old.md"},
+    "renameFile": {"source": "docs/old.md", "target": "docs/older.md"},
+    "mcp:notes:write_note": {"path": "notes/a.md", "text": "changed"},
+}
+
+
+@pytest.fixture
+def every_kind(leased):
+    """A run whose workspace holds what each kind of call needs."""
+    run, lease = leased
+    root = run.workspace.root_path
+    (root / "docs" / "old.md").write_text("# Old\n")
+    (root / "notes").mkdir()
+    (root / "notes" / "a.md").write_text("remember the milk")
+    drafts = run.workspace.drafts_path / str(run.pk) / "docs"
+    drafts.mkdir(parents=True)
+    (drafts / "guide.md").write_text("# Guide\n\nPort 9090.\n")
+    return run, lease
+
+
+def notes_server() -> None:
+    """The tests' MCP server, serving the workspace's notes/ (started only where needed)."""
+    import sys
+    from pathlib import Path
+
+    from policies.mcp_servers import mcp_discover
+    from policies.models import McpServer
+
+    server = McpServer.objects.create(
+        name="notes",
+        command=sys.executable,
+        args=[str(Path(__file__).parent / "mcp_server.py")],
+        allowed_tools=["read_note", "write_note"],
+        allowed_paths=["notes/**"],
+        forbidden_paths=[],
+        rate_limit_per_minute=0,
+    )
+    mcp_discover(server)
+
+
+def files(run) -> dict[str, bytes]:
+    """Every file of the workspace and of the run's drafts, with its bytes."""
+    found = {}
+    for base in (run.workspace.root_path, run.workspace.drafts_path / str(run.pk)):
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not path.name.startswith("gate"):
+                found[str(path)] = path.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize("tool", list(KINDS))
+@pytest.mark.parametrize("lost", ["before the journal", "while the tool ran"])
+def test_no_kind_of_tool_call_records_or_changes_anything_once_the_lease_is_lost(
+    every_kind, tool, lost
+):
+    """A worker frozen past its lease at each kind of call: built-in reads and writes, the
+    in-process search, the harness's verify and commit tools, an MCP tool. Whether it lost
+    the run before the call was journalled or while it ran, it records no outcome and, for
+    every call whose effects pass through the worker, changes no file."""
+    run, lease = every_kind
+    if tool.startswith("mcp:"):
+        notes_server()
+    before = files(run)
+
+    def taken_over_before(tool, arguments):
+        lease_taken_over(run)
+
+    def taken_over_after(reply):
+        lease_taken_over(run)
+        return reply
+
+    hooks = (
+        {"before_run": taken_over_before}
+        if lost == "before the journal"
+        else {"transform": taken_over_after}
+    )
+    with pytest.raises(LeaseLost):
+        tool_call_run(
+            workspace=run.workspace,
+            tool=tool,
+            arguments=KINDS[tool],
+            policy=OPEN,
+            run=run,
+            tool_use_id=f"toolu_{tool}",
+            fence=partial(fenced, lease),
+            **hooks,
+        )
+    records = ToolCall.objects.filter(run=run)
+    if lost == "before the journal":
+        assert not records.exists()
+    else:
+        (record,) = records
+        assert record.status == "running" and record.output in ({}, None)
+        assert not WriteRecord.objects.filter(tool_call=record).exists()
+    if not tool.startswith("mcp:"):  # an MCP server's own writes are its own (see the note)
+        assert files(run) == before
