@@ -299,9 +299,7 @@ def test_cancel_while_a_worker_holds_the_run_stops_it_at_the_next_step(personas,
     assert "run.cancelled" in types(run)
 
 
-def test_a_commit_found_running_is_reconciled_once_and_said_on_the_timeline(
-    personas, run, docs
-):
+def test_a_commit_found_running_is_reconciled_once_and_said_on_the_timeline(personas, run, docs):
     """A worker died inside commitDraft before its effects were applied: the next worker
     finds the call journalled as running with the files unchanged, says so on the timeline
     (tool.recovered, as for the model's calls) and commits once."""
