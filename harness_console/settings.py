@@ -370,8 +370,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's parsers, refusing NUL characters with a 400 (harness_console/web/api.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "harness_console.web.api.ConsoleJSONParser",
+        "harness_console.web.api.ConsoleFormParser",
+        "harness_console.web.api.ConsoleMultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # limit (1..200, larger is capped) and offset, checked: harness_console/web/api.py.
+    "DEFAULT_PAGINATION_CLASS": "harness_console.web.api.ConsolePagination",
     "PAGE_SIZE": 50,
 }
 SPECTACULAR_SETTINGS = {
@@ -379,7 +386,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Runs, their events and approvals (SPEC X3).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and the docs page answer logged-in users only, like the API itself.
+    # The schema and the docs page answer users with a role only, like the API itself
+    # (harness_console/api_urls.py gives both views that permission).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -59,7 +59,7 @@ class StepSerializer(serializers.ModelSerializer):
 
 class ToolCallSerializer(serializers.ModelSerializer):
     approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
 
     class Meta:
@@ -297,10 +297,19 @@ class RunViewSet(
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", int, description="the last seq you have (0: all)")],
+        parameters=[
+            OpenApiParameter(
+                "after", {"type": "integer", "minimum": 0}, description="the last seq you have"
+            )
+        ],
         responses=EventSerializer(many=True),
+        description=(
+            f"The run's events after ``after``, oldest first, at most {EVENTS_LIMIT}: a bare "
+            "list, paged by asking again with the last ``seq`` received."
+        ),
     )
-    @action(detail=True, methods=["get"])
+    # Paged by ``after``, not limit/offset: the answer is the list itself.
+    @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         try:
