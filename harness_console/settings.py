@@ -105,6 +105,8 @@ if EMBEDDED:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the request: no credentials in a URL, no NUL characters.
+    "harness_console.web.request_guard.RequestGuard",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
