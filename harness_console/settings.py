@@ -165,12 +165,35 @@ def _sqlite(name: str) -> dict:
     }
 
 
+HARNESS_DB_POOL_SIZE = int(os.environ.get("HARNESS_DB_POOL_SIZE", "10"))
+HARNESS_DB_POOL_TIMEOUT = float(os.environ.get("HARNESS_DB_POOL_TIMEOUT", "10"))
+if HARNESS_DB_POOL_SIZE < 0:
+    raise ImproperlyConfigured("HARNESS_DB_POOL_SIZE must be 0 (no pool) or more.")
+
 DATABASES: dict[str, Any]
 if EMBEDDED:
     DATABASES = {"default": _sqlite("db"), "channels": _sqlite("channels")}
     DATABASE_ROUTERS = ["harness_console.db_routers.ChannelLayerRouter"]
 else:
-    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    # Connections stay bounded under daphne: persistent connections (CONN_MAX_AGE) are per
+    # thread, and daphne serves each request on a thread of its own, so they piled up until
+    # PostgreSQL refused clients (NOTES.md; Django's docs advise against them under ASGI).
+    # Each process keeps a psycopg pool instead, of at most HARNESS_DB_POOL_SIZE connections
+    # (web and workers alike; a request waits up to HARNESS_DB_POOL_TIMEOUT seconds for one).
+    # Size PostgreSQL's max_connections for (web + worker processes) x this. 0: no pool,
+    # one connection per request, closed after it (behind a pooler such as PgBouncer).
+    if HARNESS_DB_POOL_SIZE:
+        _default["OPTIONS"] = {
+            **_default.get("OPTIONS", {}),
+            "pool": {
+                "min_size": min(2, HARNESS_DB_POOL_SIZE),
+                "max_size": HARNESS_DB_POOL_SIZE,
+                "timeout": HARNESS_DB_POOL_TIMEOUT,
+                # Connections above min_size close after a minute unused.
+                "max_idle": 60,
+            },
+        }
     _default["TEST"] = {"NAME": f"test_{_default['NAME']}"}
     if USE_TEST_DATABASES:
         _default["NAME"] = _default["TEST"]["NAME"]
