@@ -220,6 +220,19 @@ class RunDetailSerializer(RunSerializer):
         ]
 
 
+class RollbackSerializer(RunSerializer):
+    """The rolled-back run, and the paths whose bytes were restored."""
+
+    restored = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "restored"]
+
+
+class RollbackRefusedSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="Why nothing was undone (a file that changed).")
+
+
 class RunCreateSerializer(serializers.Serializer):
     # The eval set's own agents and workspaces run its cases only.
     agent = serializers.SlugRelatedField(slug_field="slug", queryset=Agent.objects.without_evals())
@@ -339,7 +352,9 @@ class RunViewSet(
         run = service_call(lambda: run_cancel(run=run, user=request.user))
         return Response(RunSerializer(run).data)
 
-    @extend_schema(request=None, responses=RunSerializer)
+    @extend_schema(
+        request=None, responses={200: RollbackSerializer, 409: RollbackRefusedSerializer}
+    )
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()

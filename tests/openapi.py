@@ -27,12 +27,15 @@ def openapi_document(user) -> dict[str, Any]:
 
 
 def as_json_schema(node: Any) -> Any:
-    """A Schema Object as JSON Schema: ``nullable: true`` admits null, the rest is kept."""
+    """A Schema Object as JSON Schema: ``nullable: true`` admits null, and an object with
+    declared properties admits no other (an answer's every key is in the schema)."""
     if isinstance(node, list):
         return [as_json_schema(item) for item in node]
     if not isinstance(node, dict):
         return node
     converted = {k: as_json_schema(v) for k, v in node.items() if k not in _OPENAPI_ONLY}
+    if "properties" in converted and "additionalProperties" not in converted:
+        converted["additionalProperties"] = False
     if not node.get("nullable"):
         return converted
     if "enum" in converted and None not in converted["enum"]:

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from tests.conftest import SEEDED
-from tests.helpers import driven
+from tests.helpers import drive, driven
 from tests.openapi import body_errors, openapi_document, operation_for
 
 pytestmark = SEEDED
@@ -76,12 +76,23 @@ VALID_BODIES = {
 
 @pytest.fixture
 def world(personas, agent, workspace, docs) -> dict[str, Any]:
-    """A run waiting for approval (its request still pending: nobody decided it yet)."""
-    run = driven(personas, agent, workspace)
-    approval = ApprovalRequest.objects.get(run=run)
+    """A run waiting for approval (its request still pending: nobody decided it yet), and
+    a completed one, approved by the approver, whose writes can be rolled back."""
+    waiting = driven(personas, agent, workspace)
+    done = driven(personas, agent, workspace)
+    approver = APIClient()
+    approver.force_authenticate(personas.approver)
+    decided = approver.post(
+        f"/api/approvals/{ApprovalRequest.objects.get(run=done).pk}/decide/",
+        {"decision": "approve"},
+        format="json",
+    )
+    assert decided.status_code == 200, decided.content
+    assert drive(done.pk).status == "completed"
     return {
-        "run": str(run.pk),
-        "approval": str(approval.pk),
+        "run": str(waiting.pk),
+        "completed": str(done.pk),
+        "approval": str(ApprovalRequest.objects.get(run=waiting).pk),
         "agent": agent.slug,
         "workspace": workspace.slug,
         "document": openapi_document(personas.admin),
@@ -112,6 +123,8 @@ def concrete(template: str, world: dict[str, Any], ident: str | None = None) -> 
     if "{id}" not in template:
         return template
     own = world["approval"] if template.startswith("/api/approvals/") else world["run"]
+    if template.endswith("/rollback/"):
+        own = world["completed"]
     return template.replace("{id}", own if ident is None else ident)
 
 
