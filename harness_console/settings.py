@@ -106,9 +106,10 @@ if EMBEDDED:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Above the guard, so that its refusals carry the policy too.
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Before anything reads the request: no credentials in a URL, no NUL characters.
     "harness_console.web.request_guard.RequestGuard",
-    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

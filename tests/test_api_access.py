@@ -65,6 +65,7 @@ def test_a_token_in_the_query_string_is_refused_on_every_route(personas, name):
             response = client.get(url, {name: key})
             assert response.status_code == 400, (name, url, response.status_code)
             assert b"Authorization header" in response.content
+            assert "script-src 'self'" in response.headers["Content-Security-Policy"]
     # The same token in the header still works.
     header = APIClient()
     header.credentials(HTTP_AUTHORIZATION=f"Token {key}")
