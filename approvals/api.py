@@ -44,8 +44,9 @@ class ApprovalSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     agent = serializers.CharField(source="run.agent.slug", read_only=True)
     requester = serializers.CharField(source="run.requester.username", read_only=True)
+    # Null until the request is decided (and for one that expired or was invalidated).
     decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     decisions = DecisionSerializer(many=True, read_only=True)
 

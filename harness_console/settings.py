@@ -19,6 +19,7 @@ from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("HARNESS_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -105,6 +106,10 @@ if EMBEDDED:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Above the guard, so that its refusals carry the policy too.
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Before anything reads the request: no credentials in a URL, no NUL characters.
+    "harness_console.web.request_guard.RequestGuard",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -129,6 +134,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "harness_console.navigation.navigation",
+                # {{ csp_nonce }} for the few <script> tags that are not files of ours.
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -159,12 +166,35 @@ def _sqlite(name: str) -> dict:
     }
 
 
+HARNESS_DB_POOL_SIZE = int(os.environ.get("HARNESS_DB_POOL_SIZE", "10"))
+HARNESS_DB_POOL_TIMEOUT = float(os.environ.get("HARNESS_DB_POOL_TIMEOUT", "10"))
+if HARNESS_DB_POOL_SIZE < 0:
+    raise ImproperlyConfigured("HARNESS_DB_POOL_SIZE must be 0 (no pool) or more.")
+
 DATABASES: dict[str, Any]
 if EMBEDDED:
     DATABASES = {"default": _sqlite("db"), "channels": _sqlite("channels")}
     DATABASE_ROUTERS = ["harness_console.db_routers.ChannelLayerRouter"]
 else:
-    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    # Connections stay bounded under daphne: persistent connections (CONN_MAX_AGE) are per
+    # thread, and daphne serves each request on a thread of its own, so they piled up until
+    # PostgreSQL refused clients (NOTES.md; Django's docs advise against them under ASGI).
+    # Each process keeps a psycopg pool instead, of at most HARNESS_DB_POOL_SIZE connections
+    # (web and workers alike; a request waits up to HARNESS_DB_POOL_TIMEOUT seconds for one).
+    # Size PostgreSQL's max_connections for (web + worker processes) x this. 0: no pool,
+    # one connection per request, closed after it (behind a pooler such as PgBouncer).
+    if HARNESS_DB_POOL_SIZE:
+        _default["OPTIONS"] = {
+            **_default.get("OPTIONS", {}),
+            "pool": {
+                "min_size": min(2, HARNESS_DB_POOL_SIZE),
+                "max_size": HARNESS_DB_POOL_SIZE,
+                "timeout": HARNESS_DB_POOL_TIMEOUT,
+                # Connections above min_size close after a minute unused.
+                "max_idle": 60,
+            },
+        }
     _default["TEST"] = {"NAME": f"test_{_default['NAME']}"}
     if USE_TEST_DATABASES:
         _default["NAME"] = _default["TEST"]["NAME"]
@@ -353,6 +383,25 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 SESSION_COOKIE_HTTPONLY = True
+
+# Content-Security-Policy on every response (Django's own middleware). Scripts come only
+# from our static files or carry the request's nonce; no inline handler, no eval. Styles
+# allow inline: plotly.js and htmx write <style> elements and style attributes as they
+# draw, and a style cannot run code. WebSockets are same-origin ('self' covers ws:/wss:).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "script-src-attr": [CSP.NONE],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:", "blob:"],
+    "font-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "worker-src": [CSP.SELF, "blob:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 # Behind a TLS-terminating proxy: secure cookies, trust its X-Forwarded-Proto, and accept
 # form posts from the https origins of ALLOWED_HOSTS.
 HTTPS = env_bool("HARNESS_HTTPS", default=False)
@@ -370,8 +419,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's parsers, refusing NUL characters with a 400 (harness_console/web/api.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "harness_console.web.api.ConsoleJSONParser",
+        "harness_console.web.api.ConsoleFormParser",
+        "harness_console.web.api.ConsoleMultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # limit (1..200, larger is capped) and offset, checked: harness_console/web/api.py.
+    "DEFAULT_PAGINATION_CLASS": "harness_console.web.api.ConsolePagination",
     "PAGE_SIZE": 50,
 }
 SPECTACULAR_SETTINGS = {
@@ -379,7 +435,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Runs, their events and approvals (SPEC X3).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and the docs page answer logged-in users only, like the API itself.
+    # The schema and the docs page answer users with a role only, like the API itself
+    # (harness_console/api_urls.py gives both views that permission).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

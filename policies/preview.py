@@ -26,7 +26,8 @@ class PreviewForm(forms.Form):
 
 
 def budget_chart(report: dict[str, Any]) -> str:
-    """Each layer's budget as one bar, split into tokens used and tokens left."""
+    """Each layer's budget as one bar, split into tokens used and tokens left: the figure as
+    JSON, which static/js/prompt_preview.js draws (the page allows no inline script)."""
     layers = report["layers"]
     names = [layer["name"] for layer in layers]
     used = [layer["tokens"] for layer in layers]
@@ -46,13 +47,9 @@ def budget_chart(report: dict[str, Any]) -> str:
         yaxis={"autorange": "reversed"},
         legend={"orientation": "h"},
     )
-    return figure.to_html(
-        full_html=False,
-        include_plotlyjs=False,
-        div_id="budget-plot",
-        default_width="100%",
-        config={"responsive": True, "displaylogo": False},
-    )
+    # plotly escapes "<", ">" and "/" in its JSON; with "&" too, no label can end the
+    # <script type="application/json"> element it is put in.
+    return figure.to_json().replace("&", "\\u0026")
 
 
 def prompt_preview(request: HttpRequest, agent_id: int, each_context: dict) -> HttpResponse:

@@ -59,7 +59,7 @@ class StepSerializer(serializers.ModelSerializer):
 
 class ToolCallSerializer(serializers.ModelSerializer):
     approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
 
     class Meta:
@@ -220,6 +220,19 @@ class RunDetailSerializer(RunSerializer):
         ]
 
 
+class RollbackSerializer(RunSerializer):
+    """The rolled-back run, and the paths whose bytes were restored."""
+
+    restored = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "restored"]
+
+
+class RollbackRefusedSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="Why nothing was undone (a file that changed).")
+
+
 class RunCreateSerializer(serializers.Serializer):
     # The eval set's own agents and workspaces run its cases only.
     agent = serializers.SlugRelatedField(slug_field="slug", queryset=Agent.objects.without_evals())
@@ -297,10 +310,19 @@ class RunViewSet(
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", int, description="the last seq you have (0: all)")],
+        parameters=[
+            OpenApiParameter(
+                "after", {"type": "integer", "minimum": 0}, description="the last seq you have"
+            )
+        ],
         responses=EventSerializer(many=True),
+        description=(
+            f"The run's events after ``after``, oldest first, at most {EVENTS_LIMIT}: a bare "
+            "list, paged by asking again with the last ``seq`` received."
+        ),
     )
-    @action(detail=True, methods=["get"])
+    # Paged by ``after``, not limit/offset: the answer is the list itself.
+    @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         try:
@@ -330,7 +352,9 @@ class RunViewSet(
         run = service_call(lambda: run_cancel(run=run, user=request.user))
         return Response(RunSerializer(run).data)
 
-    @extend_schema(request=None, responses=RunSerializer)
+    @extend_schema(
+        request=None, responses={200: RollbackSerializer, 409: RollbackRefusedSerializer}
+    )
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
