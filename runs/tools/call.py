@@ -220,6 +220,7 @@ def _mcp(
         policy=policy,
         grants=grants,
         now=now,
+        task=(record.run.task or {}) if record.run is not None else None,  # its boundaries
     )
     if isinstance(decided, Refused):
         return _refuse(record, decided)
