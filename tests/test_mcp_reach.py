@@ -146,6 +146,9 @@ def hostile_paths(root: Path) -> list[str]:
         "~/.ssh/id_rsa",
         "../outside.txt",
         "-rf",
+        "file:///etc/passwd",
+        f"file://{root}/secrets/key.txt",
+        "HEAD:.env",
     ]
 
 
@@ -332,6 +335,29 @@ def test_discovery_declares_each_tools_reach_and_side_effect(fs, gitsrv):
     assert effects["mcp:git:git_commit"] == "external_api"
     hints = ToolDefinition.objects.get(name="mcp:fs:write_file").annotations
     assert hints == {"readOnlyHint": False, "destructiveHint": True}
+
+
+def test_a_count_or_a_flag_is_text_whatever_its_name():
+    from policies.core.mcp_reach import reach_from_schema
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "head": {"type": "integer"},
+            "tail": {"type": "number"},
+            "dryRun": {"type": "boolean"},
+            "excludePatterns": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    reach = reach_from_schema("read_text_file", schema)
+    assert dict(reach.arguments) == {
+        "path": "path",
+        "head": "text",
+        "tail": "text",
+        "dryRun": "text",
+    }  # excludePatterns: undeclared, refused until an admin says what it is
+    assert not reach.whole_root
 
 
 def test_rediscovery_keeps_an_admins_declaration(fs):

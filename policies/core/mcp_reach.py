@@ -72,6 +72,8 @@ REVISION_KEYS: Final = frozenset(
         "source",
         "since",
         "until",
+        "contains",
+        "notcontains",
         "base",
         "head",
     }
@@ -96,6 +98,9 @@ TEXT_KEYS: Final = frozenset(
         "search",
         "replace",
         "ticket",
+        "starttimestamp",
+        "endtimestamp",
+        "branchtype",
     }
 )
 _GIT_TOOL: Final = re.compile(r"(^|[_\-.])git", re.IGNORECASE)
@@ -108,6 +113,7 @@ _TREE_TOOL: Final = re.compile(r"tree|search|find|walk|recursive", re.IGNORECASE
 _REPOSITORY_KEYS: Final = frozenset({"repopath", "repository", "repo", "repodir"})
 _REVISION: Final = re.compile(r"[A-Za-z0-9._/~^@{}+\-]+")
 _STAGE: Final = re.compile(r":[0-3]:")
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")  # file://, C:, HEAD: in a path
 
 
 class ArgumentRefused(ValueError):
@@ -134,12 +140,14 @@ def _kind_from_schema(tool: str, key: str, schema: Any) -> ArgumentKind | None:
     declares it). Revisions win over paths in a git tool (``target`` is a ref there)."""
     kind = schema.get("type") if isinstance(schema, Mapping) else None
     plain = _plain(key)
+    if kind in ("integer", "number", "boolean"):  # a count, a flag: it names nothing
+        return "text"
     if plain in REVISION_KEYS and (_GIT_TOOL.search(tool) or not names_a_path(key)):
         return "revision"
     if names_a_path(key):  # a git pathspec (git add docs) covers all under it
         git_pathspec = _GIT_TOOL.search(tool) and plain not in _REPOSITORY_KEYS
         return "tree" if _TREE_TOOL.search(tool) or git_pathspec else "path"
-    if plain in TEXT_KEYS or kind in ("integer", "number", "boolean"):
+    if plain in TEXT_KEYS:
         return "text"
     return None
 
@@ -200,6 +208,8 @@ def declared_values(
                 raise ArgumentRefused(f"argument {key} is a {kind} and must be text")
             if item.startswith("-"):  # a server that runs a program would take an option
                 raise ArgumentRefused(f"argument {key} {item!r} looks like an option")
+            if kind != "revision" and _SCHEME.match(item):
+                raise ArgumentRefused(f"argument {key} {item!r}: URIs are refused; give a path")
             found.append((key, kind, item))
     return found
 
