@@ -204,3 +204,22 @@ def test_a_task_that_needs_no_command_never_gets_the_shell(
     record = ToolCall.objects.get(run=run, tool="dangerous")
     assert (record.status, record.rule) == ("refused", "task-boundary")
     assert not ApprovalRequest.objects.filter(run=run).exists()
+
+
+def test_a_whole_root_tool_asks_a_person_when_its_server_says_so(
+    personas, agent, workspace, servers, api, open_policy
+):
+    McpServer.objects.filter(name="git").update(whole_root_tools="ask")
+    diff = ("mcp:git:git_diff", {"repo_path": ".", "target": EMPTY_TREE})
+    api.answers += [tool_turn(diff), DONE]
+    run = drive(submit(personas, agent, workspace, "What changed in the repository?"))
+    assert run.status == "waiting_for_approval", run.failure_reason
+    approval = ApprovalRequest.objects.get(run=run, tool="mcp:git:git_diff")
+    assert approval.rule == "whole-root" and "forbidden paths" in approval.reason
+    approval_decide(
+        approval=approval, user=personas.approver, decision="reject", comment="not the secrets"
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    record = ToolCall.objects.get(run=run, tool="mcp:git:git_diff")
+    assert record.status == "refused" and KEY not in json.dumps(record.output)

@@ -157,11 +157,13 @@ def check_mcp_call(
     server_name: str,
     resolve: Resolve,
     entries: Callable[[str], Iterable[str]] = _no_entries,
+    approved: bool = False,
 ) -> McpRefusal | None:
     """The first check that refuses the call, or None when all six pass.
 
     ``resolve`` is the server's: a path against its root, links followed. A whole-root tool
-    on a server with forbidden paths that is set to ask needs a person (check 4).
+    on a server with forbidden paths that is set to ask needs a person (check 4), unless
+    one ``approved`` this very call.
     ``calls_this_minute`` is only asked when the first four checks passed, so refused
     calls never use up the rate limit.
     """
@@ -172,7 +174,7 @@ def check_mcp_call(
     problem = arguments_refusal(config, reach, arguments, resolve, entries)
     if problem:
         return McpRefusal("arguments", problem)
-    if decision == "allow" and reach.whole_root and config.forbidden_paths:
+    if decision == "allow" and reach.whole_root and config.forbidden_paths and not approved:
         decision, decision_reason = "ask", whole_root_reason(config)
     if decision != "allow":
         return McpRefusal("approval", f"{decision}: {decision_reason}")

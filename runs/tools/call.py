@@ -95,7 +95,18 @@ def tool_call_run(
         return _refuse(record, refused)
     assert definition is not None and isinstance(arguments, dict)
     if definition.source == "mcp":
-        return _mcp(record, definition, workspace, arguments, policy, grants, transform, before_run)
+        return _mcp(
+            record,
+            definition,
+            workspace,
+            arguments,
+            policy,
+            grants,
+            transform,
+            before_run,
+            hold_asks=hold_asks,
+            approved_by=approved_by,
+        )
     return _builtin(
         record,
         tool,
@@ -145,22 +156,7 @@ def _builtin(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        verdict = decided.verdict
-        record.path = (decided.paths[0] if decided.paths else "")[:1024]
-        record.decision, record.rule, record.reason = (
-            verdict.decision,
-            verdict.rule or "",
-            verdict.reason,
-        )
-        record.human_only = verdict.human_only
-        if hold_asks:
-            record.status = "ask"
-            return record  # unsaved: the caller asks a person
-        reason = f"{verdict.decision}: {verdict.reason}"
-        return _refuse(
-            record,
-            Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
-        )
+        return _asked(record, decided, hold_asks=hold_asks)
     if isinstance(decided, Refused):
         return _refuse(record, decided)
     _allow(record, decided)
@@ -204,14 +200,17 @@ def _mcp(
     grants: Sequence[Grant],
     transform: Transform | None,
     before_run: BeforeRun | None,
+    *,
+    hold_asks: bool = False,
+    approved_by: Any = None,
 ) -> ToolCall:
     """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
     the external call's request id is kept with the output). The pre_tool_use hooks run
-    before the checks here (they run together with the call): a halt still stops it."""
+    before the checks here (they run together with the call): a halt still stops it. A
+    whole-root tool its server sets to ask is handed back unsaved (``hold_asks``) before
+    anything is journalled, like a built-in tool's ask; ``approved_by`` is the yes."""
     if before_run is not None and (halted := before_run(record.tool, arguments)):
         return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
-    if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
-        journal_open(record, definition)
     now = timezone.now()
     server, decided = mcp_decide(
         definition=definition,
@@ -221,7 +220,12 @@ def _mcp(
         grants=grants,
         now=now,
         task=(record.run.task or {}) if record.run is not None else None,  # its boundaries
+        approved_by=approved_by,
     )
+    if isinstance(decided, NeedsApproval):
+        return _asked(record, decided, hold_asks=hold_asks)
+    if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
+        journal_open(record, definition)
     if isinstance(decided, Refused):
         return _refuse(record, decided)
     _allow(record, decided)
@@ -231,6 +235,27 @@ def _mcp(
         server=server, definition=definition, arguments=arguments, workspace=workspace, now=now
     )
     return tool_call_record(record, reply, transform)
+
+
+def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool) -> ToolCall:
+    """A call a person must approve: handed back unsaved for the caller to ask one
+    (``hold_asks``), else refused, since nobody is there to ask."""
+    verdict = decided.verdict
+    record.path = (decided.paths[0] if decided.paths else "")[:1024]
+    record.decision, record.rule, record.reason = (
+        verdict.decision,
+        verdict.rule or "",
+        verdict.reason,
+    )
+    record.human_only = verdict.human_only
+    if hold_asks:
+        record.status = "ask"
+        return record  # unsaved: the caller asks a person
+    reason = f"{verdict.decision}: {verdict.reason}"
+    return _refuse(
+        record,
+        Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
+    )
 
 
 def _allow(record: ToolCall, allowed: Allowed) -> None:

@@ -21,13 +21,13 @@ from mcp.client.stdio import stdio_client
 
 from policies.core.mcp_checks import check_mcp_call
 from policies.core.mcp_reach import ArgumentRefused, reach_paths
-from policies.core.permissions import Policy, decide_paths, level_of, side_effect_of
+from policies.core.permissions import Policy, Verdict, decide_paths, level_of, side_effect_of
 from policies.mcp_servers import errlog, server_parameters, server_root, split_name
 from policies.models import McpServer, ToolDefinition
 from policies.paths import resolve_in_root, tree_entries
 
 from ..core.intake.boundaries import side_effect_outside
-from .decide import Allowed, Refused
+from .decide import Allowed, NeedsApproval, Refused
 
 
 async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
@@ -68,7 +68,8 @@ def mcp_decide(
     grants: Any,
     now: datetime,
     task: Mapping[str, Any] | None = None,
-) -> tuple[McpServer | None, Refused | Allowed]:
+    approved_by: Any = None,
+) -> tuple[McpServer | None, Refused | NeedsApproval | Allowed]:
     """The task's boundaries (a read-only task uses no MCP tool with a side effect), then
     the six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments within
     range (each declared in the tool's reach, each path resolved once against the server's
@@ -110,13 +111,16 @@ def mcp_decide(
         server_name=server_name,
         resolve=resolve,
         entries=lambda path: tree_entries(root, path),
+        approved=approved_by is not None,
     )
     rule = verdict.rule or ""
+    if refusal is not None and refusal.check == "approval" and verdict.decision == "allow":
+        # A whole-root tool where paths are forbidden, on a server set to ask: a person.
+        asked = Verdict("ask", verdict.human_only, "whole-root", refusal.reason)
+        return server, NeedsApproval(asked, tuple(resolved))
     if refusal is not None:
         refused = f"{refusal.check}: {refusal.reason}"
         decision = "deny" if refusal.check != "approval" else verdict.decision
-        if refusal.check == "approval" and decision == "allow":
-            decision = "ask"  # a whole-root tool where paths are forbidden, set to ask
         return server, Refused(refused, decision, rule, first, verdict.human_only)
     return server, Allowed(
         verdict.decision, rule, verdict.reason, tuple(resolved), verdict.human_only
