@@ -158,3 +158,11 @@ def test_the_root_is_named_only_by_a_glob_of_stars():
         assert not glob_matcher(pattern, ignore_case=True)(ROOT)
     assert glob_matcher("{a,b}/**", ignore_case=False)("b")
     assert glob_matcher("x/**/*", ignore_case=False)("x")
+
+
+@pytest.mark.parametrize("pattern", ["secrets", "secrets/", "Secrets"])
+def test_a_deny_of_a_folder_denies_what_is_in_it(pattern):
+    policy = Policy("p", "L3", (R("no", "*", "deny", pattern), R("all", "*", "allow")))
+    for path in ("secrets", "secrets/key.txt", "secrets/a/b"):
+        assert decide(policy, call(tool="readSource", path=path, level="L1")).decision == "deny"
+    assert decide(policy, call(tool="readSource", path="secretsx", level="L1")).decision == "allow"

@@ -74,7 +74,7 @@ def _out_of_range(config: McpServerConfig, kind: ArgumentKind, path: str) -> str
     """Forbidden globs first (case-insensitive, ``X/**`` naming ``X``), then the allowed
     ones."""
     shown = "the root" if path == ROOT else path
-    if any(glob_matcher(g, ignore_case=True)(path) for g in config.forbidden_paths):
+    if any(glob_matcher(g, ignore_case=True, forbids=True)(path) for g in config.forbidden_paths):
         return f"{shown} is in a forbidden path of {config.name}"
     if kind == "revision":
         return None  # a ref's name (main, HEAD~1) is no file: only forbidden paths stop it

@@ -44,15 +44,23 @@ _TOOL_FLAGS: Final = fnmatch.BRACE
 _FOLDER_SUFFIXES: Final = ("/**/*", "/**")
 
 
-def glob_matcher(pattern: str, *, ignore_case: bool) -> Callable[[str], bool]:
+def glob_matcher(
+    pattern: str, *, ignore_case: bool, forbids: bool = False
+) -> Callable[[str], bool]:
     """Whether a resolved path is named by ``pattern``: the glob itself, the folder ``X``
-    of an ``X/**``, and the root (``.``) only for a pattern of stars."""
+    of an ``X/**``, and the root (``.``) only for a pattern of stars. A pattern that
+    ``forbids`` (a deny, a forbidden path) also covers what is under what it names: a
+    forbidden ``secrets`` forbids ``secrets/key.txt``."""
     flags = _GLOB_FLAGS | (glob.IGNORECASE if ignore_case else 0)
     matchers = [glob.compile(pattern, flags=flags)]
     for suffix in _FOLDER_SUFFIXES:
         if pattern.endswith(suffix) and pattern[: -len(suffix)]:
             matchers.append(glob.compile(pattern[: -len(suffix)], flags=flags))
             break
+    else:
+        if forbids and pattern.strip("*/"):
+            base = pattern.rstrip("/")
+            matchers += [glob.compile(base, flags=flags), glob.compile(base + "/**", flags=flags)]
     names_root = pattern.strip("*/") == ""
 
     def matches(path: str) -> bool:
@@ -123,7 +131,8 @@ class Rule:
     def matches_path(self) -> Callable[[str | None], bool]:
         if not self.path:
             return lambda path: True
-        matcher = glob_matcher(self.path, ignore_case=self.decision == "deny")
+        deny = self.decision == "deny"
+        matcher = glob_matcher(self.path, ignore_case=deny, forbids=deny)
         return lambda path: path is not None and matcher(path)
 
 
