@@ -223,3 +223,34 @@ def test_a_whole_root_tool_asks_a_person_when_its_server_says_so(
     assert run.status == "completed", run.failure_reason
     record = ToolCall.objects.get(run=run, tool="mcp:git:git_diff")
     assert record.status == "refused" and KEY not in json.dumps(record.output)
+
+
+def test_a_writing_task_changes_through_mcp_only_the_files_it_names(
+    personas, agent, workspace, api, open_policy
+):
+    """A server that serves the run's workspace (it names no folder of its own)."""
+    (workspace.root_path / "notes").mkdir()
+    (workspace.root_path / "notes" / "a.md").write_text("teh typo\n")
+    row = McpServer.objects.create(
+        name="notes",
+        command=sys.executable,
+        args=[SCRIPT],
+        allowed_tools=["write_note"],
+        allowed_paths=["notes/**"],
+    )
+    mcp_discover(row)
+    api.answers += [
+        tool_turn(
+            ("mcp:notes:write_note", {"path": "notes/b.md", "text": "elsewhere"}),
+            ("mcp:notes:write_note", {"path": "notes/a.md", "text": "the typo\n"}),
+        ),
+        DONE,
+    ]
+    run = drive(submit(personas, agent, workspace, "Fix the typo in notes/a.md"))
+    assert run.status == "completed", run.failure_reason
+    assert run.task["boundaries"]["write_paths"] == ["notes/a.md"]
+    records = list(ToolCall.objects.filter(run=run).order_by("started_at"))
+    assert [(r.status, r.rule) for r in records][0] == ("refused", "task-boundary")
+    assert records[1].status == "ok", records[1].error
+    assert not (workspace.root_path / "notes" / "b.md").exists()
+    assert (workspace.root_path / "notes" / "a.md").read_text() == "the typo\n"

@@ -10,6 +10,7 @@ call, in that folder, with a scrubbed environment, and stopped at the call's tim
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from django.core.cache import cache
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
-from policies.core.mcp_checks import check_mcp_call
+from policies.core.mcp_checks import McpRefusal, check_mcp_call
 from policies.core.mcp_reach import ArgumentRefused, reach_paths
 from policies.core.permissions import Policy, Verdict, decide_paths, level_of, side_effect_of
 from policies.mcp_servers import errlog, server_parameters, server_root, split_name
@@ -70,16 +71,16 @@ def mcp_decide(
     task: Mapping[str, Any] | None = None,
     approved_by: Any = None,
 ) -> tuple[McpServer | None, Refused | NeedsApproval | Allowed]:
-    """The task's boundaries (a read-only task uses no MCP tool with a side effect), then
-    the six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments within
-    range (each declared in the tool's reach, each path resolved once against the server's
-    root), approval needed (an MCP call that asks is refused: no person is asked), rate
-    limit, change window. Every path is decided; the strictest verdict stands."""
+    """The task's boundaries (a read-only task uses no MCP tool with a side effect; a
+    writing one, on a server that serves its workspace, changes only the files it names),
+    then the six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments
+    within range (each declared in the tool's reach, each path resolved once against the
+    server's root), approval needed (a policy's ask of an MCP call is refused: no person is
+    asked; a whole-root tool its server sets to ask is), rate limit, change window. Every
+    path is decided; the strictest verdict stands."""
     server_name, tool = split_name(definition.name)
     server = McpServer.objects.filter(name=server_name).first()
     effect = side_effect_of(definition.side_effect)
-    if task is not None and (outside := side_effect_outside(task, definition.name, effect)):
-        return server, Refused(f"deny: {outside}", "deny", "task-boundary")
     root = server_root(server, workspace.root) if server else str(workspace.root)
 
     def resolve(value: Any) -> str:
@@ -89,6 +90,13 @@ def mcp_decide(
         resolved = [path for _, path in reach_paths(definition.reach(), arguments, resolve)]
     except ArgumentRefused:
         resolved = []  # check 3 refuses it, with the reason
+    serves_workspace = os.path.realpath(root) == os.path.realpath(workspace.root)
+    if task is not None and (
+        outside := side_effect_outside(
+            task, definition.name, effect, resolved if serves_workspace else None
+        )
+    ):
+        return server, Refused(f"deny: {outside}", "deny", "task-boundary")
     verdict = decide_paths(
         policy,
         definition.name,
@@ -97,7 +105,6 @@ def mcp_decide(
         resolved,
         list(grants or ()),
     )
-    first = resolved[0] if resolved else ""
     refusal = check_mcp_call(
         server.as_config() if server else None,
         tool,
@@ -113,18 +120,23 @@ def mcp_decide(
         entries=lambda path: tree_entries(root, path),
         approved=approved_by is not None,
     )
-    rule = verdict.rule or ""
+    return server, _outcome(verdict, refusal, resolved)
+
+
+def _outcome(
+    verdict: Verdict, refusal: McpRefusal | None, resolved: list[str]
+) -> Refused | NeedsApproval | Allowed:
+    """The checks' answer as the one door's values. An approval refusal of a call the
+    policy allowed is a whole-root tool on a server set to ask: a person is asked."""
+    rule, first = verdict.rule or "", (resolved[0] if resolved else "")
     if refusal is not None and refusal.check == "approval" and verdict.decision == "allow":
-        # A whole-root tool where paths are forbidden, on a server set to ask: a person.
         asked = Verdict("ask", verdict.human_only, "whole-root", refusal.reason)
-        return server, NeedsApproval(asked, tuple(resolved))
+        return NeedsApproval(asked, tuple(resolved))
     if refusal is not None:
         refused = f"{refusal.check}: {refusal.reason}"
         decision = "deny" if refusal.check != "approval" else verdict.decision
-        return server, Refused(refused, decision, rule, first, verdict.human_only)
-    return server, Allowed(
-        verdict.decision, rule, verdict.reason, tuple(resolved), verdict.human_only
-    )
+        return Refused(refused, decision, rule, first, verdict.human_only)
+    return Allowed(verdict.decision, rule, verdict.reason, tuple(resolved), verdict.human_only)
 
 
 def mcp_call(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from policies.core.permissions import glob_matcher
 from policies.core.tool_specs import SHELL_TOOL
 
 from .risk import RiskAssessment
@@ -58,18 +59,36 @@ def task_boundaries(
     return Boundaries(("**",), tuple(writes), tools)
 
 
-def side_effect_outside(task: Mapping[str, Any], tool: str, side_effect: str) -> str | None:
+def side_effect_outside(
+    task: Mapping[str, Any],
+    tool: str,
+    side_effect: str,
+    paths: Sequence[str] | None = None,
+) -> str | None:
     """The boundary of a tool outside the built-in list (an MCP tool), by its side effect:
     a task that changes no files (a question; no write paths) uses only tools that have
-    none, whatever the server's tool is called. None when the boundary lets it through."""
+    none, whatever the server's tool is called; a task that does may change, through a
+    server that serves its workspace (``paths``, relative to it), only the files it names.
+    None when the boundary lets it through."""
     bounds = task.get("boundaries") or {}
-    if side_effect == "none" or bounds.get("write_paths"):
+    writes = tuple(bounds.get("write_paths") or ())
+    if side_effect == "none":
         return None
-    intent = task.get("intent", "unknown")
-    return (
-        f"{tool} may change things ({side_effect}), and this {intent} task is read-only: "
-        "it changes no files"
-    )
+    if not writes:
+        intent = task.get("intent", "unknown")
+        return (
+            f"{tool} may change things ({side_effect}), and this {intent} task is read-only: "
+            "it changes no files"
+        )
+    outside = [
+        p for p in paths or () if not any(glob_matcher(w, ignore_case=False)(p) for w in writes)
+    ]
+    if outside:
+        return (
+            f"{', '.join(outside)} is outside this task's boundaries: it may change "
+            f"{', '.join(writes)}"
+        )
+    return None
 
 
 _INTENT_APPROVAL: Final[dict[Intent, str]] = {
