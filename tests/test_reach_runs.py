@@ -249,8 +249,8 @@ def test_a_writing_task_changes_through_mcp_only_the_files_it_names(
     run = drive(submit(personas, agent, workspace, "Fix the typo in notes/a.md"))
     assert run.status == "completed", run.failure_reason
     assert run.task["boundaries"]["write_paths"] == ["notes/a.md"]
-    records = list(ToolCall.objects.filter(run=run).order_by("started_at"))
-    assert [(r.status, r.rule) for r in records][0] == ("refused", "task-boundary")
-    assert records[1].status == "ok", records[1].error
+    elsewhere, named = ToolCall.objects.filter(run=run).order_by("started_at")
+    assert (elsewhere.status, elsewhere.rule) == ("refused", "task-boundary")
+    assert named.status == "ok", named.error
     assert not (workspace.root_path / "notes" / "b.md").exists()
     assert (workspace.root_path / "notes" / "a.md").read_text() == "the typo\n"
