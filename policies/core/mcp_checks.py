@@ -21,7 +21,9 @@ from .permissions import glob_matcher
 
 Resolve = Callable[[Any], str]
 
-Check = Literal["whitelist", "tool", "arguments", "approval", "rate_limit", "change_window"]
+Check = Literal[
+    "whitelist", "tool", "arguments", "task_boundary", "approval", "rate_limit", "change_window"
+]
 WholeRootPolicy = Literal["refuse", "ask"]
 WHOLE_ROOT_POLICIES: Final[tuple[WholeRootPolicy, ...]] = get_args(WholeRootPolicy)
 DAY_NAMES: Final = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -158,12 +160,14 @@ def check_mcp_call(
     resolve: Resolve,
     entries: Callable[[str], Iterable[str]] = _no_entries,
     approved: bool = False,
+    boundary: Callable[[], str | None] = lambda: None,
 ) -> McpRefusal | None:
     """The first check that refuses the call, or None when all six pass.
 
     ``resolve`` is the server's: a path against its root, links followed. A whole-root tool
     on a server with forbidden paths that is set to ask needs a person (check 4), unless
-    one ``approved`` this very call.
+    one ``approved`` this very call. ``boundary`` is the run's task (between checks 3 and
+    4, like a policy of its own): what it refuses never reaches the approval or the rate.
     ``calls_this_minute`` is only asked when the first four checks passed, so refused
     calls never use up the rate limit.
     """
@@ -174,6 +178,8 @@ def check_mcp_call(
     problem = arguments_refusal(config, reach, arguments, resolve, entries)
     if problem:
         return McpRefusal("arguments", problem)
+    if outside := boundary():
+        return McpRefusal("task_boundary", outside)
     if decision == "allow" and reach.whole_root and config.forbidden_paths and not approved:
         decision, decision_reason = "ask", whole_root_reason(config)
     if decision != "allow":

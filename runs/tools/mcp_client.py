@@ -71,11 +71,11 @@ def mcp_decide(
     task: Mapping[str, Any] | None = None,
     approved_by: Any = None,
 ) -> tuple[McpServer | None, Refused | NeedsApproval | Allowed]:
-    """The task's boundaries (a read-only task uses no MCP tool with a side effect; a
-    writing one, on a server that serves its workspace, changes only the files it names),
-    then the six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments
+    """The six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments
     within range (each declared in the tool's reach, each path resolved once against the
-    server's root), approval needed (a policy's ask of an MCP call is refused: no person is
+    server's root), then the task's boundaries (a read-only task uses no MCP tool with a
+    side effect; a writing one, on a server that serves its workspace, changes only the
+    files it names), approval needed (a policy's ask of an MCP call is refused: no person is
     asked; a whole-root tool its server sets to ask is), rate limit, change window. Every
     path is decided; the strictest verdict stands."""
     server_name, tool = split_name(definition.name)
@@ -91,12 +91,13 @@ def mcp_decide(
     except ArgumentRefused:
         resolved = []  # check 3 refuses it, with the reason
     serves_workspace = os.path.realpath(root) == os.path.realpath(workspace.root)
-    if task is not None and (
-        outside := side_effect_outside(
-            task, definition.name, effect, resolved if serves_workspace else None
-        )
-    ):
-        return server, Refused(f"deny: {outside}", "deny", "task-boundary")
+
+    def boundary() -> str | None:
+        if task is None:
+            return None
+        paths = resolved if serves_workspace else None
+        return side_effect_outside(task, definition.name, effect, paths)
+
     verdict = decide_paths(
         policy,
         definition.name,
@@ -119,6 +120,7 @@ def mcp_decide(
         resolve=resolve,
         entries=lambda path: tree_entries(root, path),
         approved=approved_by is not None,
+        boundary=boundary,
     )
     return server, _outcome(verdict, refusal, resolved)
 
@@ -132,6 +134,8 @@ def _outcome(
     if refusal is not None and refusal.check == "approval" and verdict.decision == "allow":
         asked = Verdict("ask", verdict.human_only, "whole-root", refusal.reason)
         return NeedsApproval(asked, tuple(resolved))
+    if refusal is not None and refusal.check == "task_boundary":
+        return Refused(f"deny: {refusal.reason}", "deny", "task-boundary", first)
     if refusal is not None:
         refused = f"{refusal.check}: {refusal.reason}"
         decision = "deny" if refusal.check != "approval" else verdict.decision
