@@ -122,24 +122,35 @@ def mcp_discover(server: McpServer) -> list[str]:
                 whole_root=reach.whole_root,
                 annotations=annotations,
             )
-        else:  # an admin's choices (enabled, level, side effect, timeout, kinds) are kept
-            declared = existing.argument_kinds or {}
-            reach = reach_from_schema(tool.name, tool.input_schema, declared)
-            existing.description, existing.input_schema = description, tool.input_schema
-            existing.annotations, existing.argument_kinds = annotations, dict(reach.arguments)
-            if not declared:  # never declared (a row from before reaches): the prefill
-                existing.whole_root = reach.whole_root
-            existing.save(
-                update_fields=[
-                    "description",
-                    "input_schema",
-                    "annotations",
-                    "argument_kinds",
-                    "whole_root",
-                ]
-            )
+        else:
+            _refresh(existing, tool, description, annotations)
         names.append(name)
     ToolDefinition.objects.filter(name__startswith=f"{PREFIX}:{server.name}:").exclude(
         name__in=names
     ).update(enabled=False)
     return names
+
+
+def _refresh(existing: ToolDefinition, tool: Any, description: str, hints: dict[str, Any]) -> None:
+    """A known tool's description, schema and hints, afresh. An admin's choices (enabled,
+    level, side effect, timeout, argument kinds) are kept; a row from before reaches or
+    hints were recorded gets the prefill for what it never had."""
+    declared = existing.argument_kinds or {}
+    first_hints = not existing.annotations and bool(hints)
+    reach = reach_from_schema(tool.name, tool.input_schema, declared)
+    existing.description, existing.input_schema = description, tool.input_schema
+    existing.annotations, existing.argument_kinds = hints, dict(reach.arguments)
+    if not declared:
+        existing.whole_root = reach.whole_root
+    if first_hints:
+        existing.side_effect = _side_effect(hints)
+    existing.save(
+        update_fields=[
+            "description",
+            "input_schema",
+            "annotations",
+            "argument_kinds",
+            "whole_root",
+            "side_effect",
+        ]
+    )
