@@ -15,6 +15,7 @@ from mcp.client.stdio import stdio_client
 
 from harness_console.child_env import scrubbed_env
 
+from .core.mcp_reach import reach_from_schema, root_from_args
 from .core.tool_specs import MAX_DESCRIPTION
 from .models import McpServer, ToolDefinition
 
@@ -55,6 +56,32 @@ def _devnull() -> TextIO:
     return open(os.devnull, "w")  # one for the process, never closed
 
 
+def server_root(server: McpServer, started_in: str | os.PathLike[str]) -> str:
+    """The folder the server serves, against which its paths are resolved and its globs
+    matched: the admin's ``root``, else its launch arguments (``--repository``, the first
+    absolute folder), else the folder it is started in. Never the calling run's workspace
+    by accident: only a server that names no folder of its own serves the one it is
+    started in."""
+    if server.root:
+        return server.root
+    found = root_from_args([str(a) for a in server.args or ()], os.path.isdir)
+    return found if found else os.fspath(started_in)
+
+
+def _annotations(tool: Any) -> dict[str, Any]:
+    """The server's hints as MCP names them (readOnlyHint, destructiveHint, ...)."""
+    hints = getattr(tool, "annotations", None)
+    if hints is None:
+        return {}
+    return hints.model_dump(by_alias=True, exclude_none=True)
+
+
+def _side_effect(annotations: dict[str, Any]) -> str:
+    """A tool the server marks read-only has no side effect; any other may write (MCP's
+    own default: not read-only, destructive). An admin may say otherwise."""
+    return "none" if annotations.get("readOnlyHint") is True else "external_api"
+
+
 async def _list_tools(server: McpServer) -> list[Any]:
     with anyio.fail_after(server.timeout_sec):
         async with (
@@ -66,8 +93,10 @@ async def _list_tools(server: McpServer) -> list[Any]:
 
 
 def mcp_discover(server: McpServer) -> list[str]:
-    """Put the server's new tools in the registry and refresh the descriptions and schemas
-    of known ones; tools it no longer offers are disabled. Never re-enables a tool."""
+    """Put the server's new tools in the registry and refresh the descriptions, schemas
+    and hints of known ones; tools it no longer offers are disabled. Never re-enables a
+    tool. Each tool's reach (argument kinds, whole-root) is prefilled from its schema; an
+    admin's kinds are kept, and so are their side effect, level and timeout."""
     tools = anyio.run(_list_tools, server)
     names = []
     for tool in tools:
@@ -75,24 +104,53 @@ def mcp_discover(server: McpServer) -> list[str]:
         description = (tool.description or tool.name).strip()
         if len(description) > MAX_DESCRIPTION:
             description = description[: MAX_DESCRIPTION - 1] + "…"
+        annotations = _annotations(tool)
         existing = ToolDefinition.objects.filter(name=name).first()
         if existing is None:
+            reach = reach_from_schema(tool.name, tool.input_schema)
             ToolDefinition.objects.create(
                 name=name,
                 description=description,
                 input_schema=tool.input_schema,
                 permission_level=server.permission_level,
-                side_effect="external_api",
+                side_effect=_side_effect(annotations),
                 timeout_sec=server.timeout_sec,
                 source="mcp",
                 enabled=True,
                 for_evals=server.for_evals,
+                argument_kinds=dict(reach.arguments),
+                whole_root=reach.whole_root,
+                annotations=annotations,
             )
-        else:  # an admin's choices (enabled, level, side effect, timeout) are kept
-            existing.description, existing.input_schema = description, tool.input_schema
-            existing.save(update_fields=["description", "input_schema"])
+        else:
+            _refresh(existing, tool, description, annotations)
         names.append(name)
     ToolDefinition.objects.filter(name__startswith=f"{PREFIX}:{server.name}:").exclude(
         name__in=names
     ).update(enabled=False)
     return names
+
+
+def _refresh(existing: ToolDefinition, tool: Any, description: str, hints: dict[str, Any]) -> None:
+    """A known tool's description, schema and hints, afresh. An admin's choices (enabled,
+    level, side effect, timeout, argument kinds) are kept; a row from before reaches or
+    hints were recorded gets the prefill for what it never had."""
+    declared = existing.argument_kinds or {}
+    first_hints = not existing.annotations and bool(hints)
+    reach = reach_from_schema(tool.name, tool.input_schema, declared)
+    existing.description, existing.input_schema = description, tool.input_schema
+    existing.annotations, existing.argument_kinds = hints, dict(reach.arguments)
+    if not declared:
+        existing.whole_root = reach.whole_root
+    if first_hints:
+        existing.side_effect = _side_effect(hints)
+    existing.save(
+        update_fields=[
+            "description",
+            "input_schema",
+            "annotations",
+            "argument_kinds",
+            "whole_root",
+            "side_effect",
+        ]
+    )

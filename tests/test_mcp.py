@@ -83,7 +83,8 @@ def test_a_tool_not_allowed_is_refused(notes, workspace):
         ("NOTES/Secret/x.md", "is in a forbidden path of notes"),  # case games lose
         ("other/x.md", "is outside the allowed paths of notes"),
         ("../outside.md", "Paths with .. are refused"),
-        ("/etc/passwd", "Absolute and home paths are refused"),
+        ("/etc/passwd", "leads outside the folder the server serves"),
+        ("~/.ssh/id_rsa", "Home paths are refused"),
     ],
 )
 def test_a_path_argument_out_of_range_is_refused(notes, workspace, path, message):
@@ -216,7 +217,8 @@ def test_each_path_is_decided_and_the_strictest_verdict_stands(notes, workspace)
     from policies.core.default_policy import DEFAULT_POLICY
 
     ToolDefinition.objects.filter(name="mcp:notes:write_note").update(
-        input_schema={"type": "object"}
+        input_schema={"type": "object"},
+        argument_kinds={"path": "path", "destination": "path", "text": "text"},
     )
     notes.allowed_paths = ["**"]
     notes.save()
@@ -236,4 +238,4 @@ def test_a_link_in_an_mcp_path_argument_is_followed_before_the_checks(notes, wor
     (tmp_path / "elsewhere.md").write_text("outside")
     os.symlink(tmp_path / "elsewhere.md", workspace.root_path / "notes" / "link.md")
     record = call(workspace, "read_note", path="notes/link.md")
-    assert record.status == "refused" and "outside the workspace" in record.error
+    assert record.status == "refused" and "outside the folder the server serves" in record.error

@@ -103,3 +103,104 @@ def test_plain_paths_inside_are_accepted(world, raw):
     workspace, _ = world
     resolved = resolve_in_workspace(workspace, raw)
     assert resolved.absolute.is_relative_to(workspace.resolve())
+
+
+# --- a server's folder (issue 16): the same escapes, resolved against the root it serves ---
+NAMING_THE_ROOT = (".", "./", "/")
+
+
+@pytest.mark.parametrize(
+    "raw", [r for r in ESCAPES if r not in NAMING_THE_ROOT], ids=lambda raw: repr(raw)[:40]
+)
+def test_every_escape_is_refused_against_a_servers_root(world, raw):
+    from policies.paths import resolve_in_root
+
+    workspace, _ = world
+    with pytest.raises(PathRefused):
+        resolve_in_root(workspace, raw)
+
+
+def test_dot_and_the_roots_absolute_path_name_the_root(world):
+    from policies.core.paths import ROOT
+    from policies.paths import resolve_in_root
+
+    workspace, _ = world
+    for raw in (".", "./", str(workspace), str(workspace) + "/", str(workspace / "docs" / "..")):
+        if ".." in raw.split("/"):
+            with pytest.raises(PathRefused):
+                resolve_in_root(workspace, raw)
+        else:
+            assert resolve_in_root(workspace, raw) == ROOT
+    assert resolve_in_root(workspace, str(workspace / "docs" / "a.md")) == "docs/a.md"
+    assert resolve_in_root(workspace, "alias.md") == "docs/a.md"  # links followed
+    with pytest.raises(PathRefused, match="outside the folder"):
+        resolve_in_root(workspace, "/")
+
+
+def test_a_tree_is_walked_with_its_links_resolved(world):
+    from policies.paths import tree_entries
+
+    workspace, _ = world
+    with pytest.raises(PathRefused, match="outside the folder"):
+        list(tree_entries(workspace, "."))  # docs/link-to-secret leads out
+    assert sorted(tree_entries(workspace, "docs/deep")) == ["docs/deep/er"]
+    assert list(tree_entries(workspace, "docs/a.md")) == []  # a file: nothing under it
+
+
+# --- built-in tools against a forbidden folder named directly (issue 16) ------------------
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("readSource", {"path": "secrets"}),
+        ("readSource", {"path": "Secrets"}),
+        ("readSource", {"path": "secrets/"}),
+        ("readSource", {"path": "./secrets"}),
+        ("runValidation", {"path": "secrets"}),
+        ("createDraft", {"path": "secrets", "content": "x"}),
+        ("readSource", {"path": ".git"}),
+    ],
+)
+def test_a_forbidden_folder_named_directly_is_denied(workspace, tool, arguments):
+    from policies.core.permissions import Policy, Rule
+    from runs.tools.call import tool_call_run
+
+    (workspace.root_path / "secrets").mkdir()
+    (workspace.root_path / ".git").mkdir()
+    policy = Policy(
+        "p",
+        "L3",
+        (
+            Rule("no-secrets", "*", "deny", "secrets/**"),
+            Rule("no-git", "*", "deny", ".git/**"),
+            Rule("all", "*", "allow"),
+        ),
+    )
+    record = tool_call_run(workspace=workspace, tool=tool, arguments=arguments, policy=policy)
+    assert (record.status, record.decision) == ("refused", "deny")
+    assert record.rule in {"no-secrets", "no-git"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("glob", {"pattern": "secrets"}),
+        ("glob", {"pattern": "secrets/**"}),
+        ("glob", {"pattern": "**"}),
+        ("glob", {"pattern": "{secrets,docs}/**"}),
+        ("grep", {"pattern": "KEY", "glob": "secrets"}),
+        ("grep", {"pattern": "KEY", "glob": "secrets/**"}),
+        ("grep", {"pattern": "KEY"}),
+    ],
+)
+def test_listing_tools_never_show_a_forbidden_folder(workspace, tool, arguments):
+    from policies.core.permissions import Policy, Rule
+    from runs.tools.call import tool_call_run
+
+    (workspace.root_path / "secrets").mkdir()
+    (workspace.root_path / "secrets" / "key.txt").write_text("KEY-1234")
+    policy = Policy("p", "L3", (Rule("no", "*", "deny", "secrets/**"), Rule("a", "*", "allow")))
+    record = tool_call_run(workspace=workspace, tool=tool, arguments=arguments, policy=policy)
+    assert record.status == "ok", record.error
+    assert "secrets/key.txt" not in str(record.output) and "KEY-1234" not in str(record.output)

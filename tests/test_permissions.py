@@ -133,3 +133,36 @@ def test_every_rule_considered_is_reported():
 def test_a_malformed_rule_is_refused(kwargs, message):
     with pytest.raises(PolicyError, match=message):
         Rule(**{"id": "r", "tool": "*", "decision": "allow", **kwargs})
+
+
+# --- a folder's glob names the folder; the root is named only by stars (issue 16) ---------
+@pytest.mark.parametrize("path", ["secrets", "Secrets", "secrets/a", "secrets/a/b.txt"])
+def test_a_deny_of_a_folders_contents_denies_the_folder_itself(path):
+    policy = Policy("p", "L3", (R("no", "*", "deny", "secrets/**"), R("all", "*", "allow")))
+    assert decide(policy, call(tool="readSource", path=path, level="L1")).decision == "deny"
+
+
+@pytest.mark.parametrize("path", ["secretsx", "docs/secrets", "secret"])
+def test_a_folders_glob_names_no_neighbour(path):
+    policy = Policy("p", "L3", (R("no", "*", "deny", "secrets/**"), R("all", "*", "allow")))
+    assert decide(policy, call(tool="readSource", path=path, level="L1")).decision == "allow"
+
+
+def test_the_root_is_named_only_by_a_glob_of_stars():
+    from policies.core.paths import ROOT
+    from policies.core.permissions import glob_matcher
+
+    for pattern in ("**", "*", "**/*"):
+        assert glob_matcher(pattern, ignore_case=False)(ROOT)
+    for pattern in ("secrets/**", "**/.env", ".git/**", "{a,b}/**"):
+        assert not glob_matcher(pattern, ignore_case=True)(ROOT)
+    assert glob_matcher("{a,b}/**", ignore_case=False)("b")
+    assert glob_matcher("x/**/*", ignore_case=False)("x")
+
+
+@pytest.mark.parametrize("pattern", ["secrets", "secrets/", "Secrets"])
+def test_a_deny_of_a_folder_denies_what_is_in_it(pattern):
+    policy = Policy("p", "L3", (R("no", "*", "deny", pattern), R("all", "*", "allow")))
+    for path in ("secrets", "secrets/key.txt", "secrets/a/b"):
+        assert decide(policy, call(tool="readSource", path=path, level="L1")).decision == "deny"
+    assert decide(policy, call(tool="readSource", path="secretsx", level="L1")).decision == "allow"

@@ -23,8 +23,12 @@ import os
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("notes")
+# What the server says of its tools, as a real one does: the console stores it at discovery
+# (a read-only task may use only tools that change nothing). dump_env and wipe stay unmarked.
+READS = ToolAnnotations(read_only_hint=True)
 
 NOTES = Path("notes")
 
@@ -54,7 +58,7 @@ TICKETS = {
 }
 
 
-@server.tool()
+@server.tool(annotations=READS)
 def read_note(path: str) -> str:
     """Read a note (any text file of the workspace)."""
     return Path(path).read_text()
@@ -69,7 +73,7 @@ def write_note(path: str, text: str) -> str:
     return f"wrote {path}"
 
 
-@server.tool()
+@server.tool(annotations=READS)
 def list_notes() -> str:
     """List the notes under notes/."""
     if not NOTES.is_dir():
@@ -77,7 +81,7 @@ def list_notes() -> str:
     return "\n".join(sorted(p.as_posix() for p in NOTES.rglob("*.md")))
 
 
-@server.tool()
+@server.tool(annotations=READS)
 def fetch_ticket(ticket: str) -> str:
     """Fetch an issue-tracker ticket by its id (e.g. DOC-101)."""
     return TICKETS.get(ticket, f"{ticket}: no such ticket")
@@ -105,7 +109,7 @@ def wipe() -> str:
     return f"wiped {removed} notes"
 
 
-@server.tool()
+@server.tool(annotations=READS)
 def big_report(lines: int = 50_000) -> str:
     """A long activity report, one line per event."""
     count = max(1, min(int(lines), 200_000))

@@ -180,7 +180,9 @@ class PolicyAdmin(HidesEvalRows):
 
 @admin.register(ToolDefinition)
 class ToolDefinitionAdmin(HidesEvalRows):
-    """The tool registry (SPEC T1, T2): admins tune descriptions, timeouts and retries."""
+    """The tool registry (SPEC T1, T2): admins tune descriptions, timeouts and retries, and
+    an MCP tool's reach (each argument's kind, whole-root) and side effect, which discovery
+    prefilled from the server's schema and hints (shown as the server sent them)."""
 
     list_display = (
         "name",
@@ -192,8 +194,9 @@ class ToolDefinitionAdmin(HidesEvalRows):
         "enabled",
         "source",
     )
-    list_filter = ("source", "enabled", "permission_level", "side_effect")
+    list_filter = ("source", "enabled", "permission_level", "side_effect", "whole_root")
     search_fields = ("name", "description")
+    readonly_fields = ("annotations",)
 
 
 @admin.register(McpServer)
@@ -201,7 +204,14 @@ class McpServerAdmin(HidesEvalRows):
     """The MCP whitelist (SPEC T12). "Refresh tools" asks the server for its tools and puts
     them in the registry; only the allowed ones can ever be called."""
 
-    list_display = ("name", "command", "permission_level", "rate_limit_per_minute", "enabled")
+    list_display = (
+        "name",
+        "command",
+        "root",
+        "permission_level",
+        "rate_limit_per_minute",
+        "enabled",
+    )
     actions = ["refresh_tools"]
 
     @admin.action(description="Refresh the tools of the selected servers")

@@ -1,47 +1,32 @@
 """The checks of SPEC T12 at the MCP client layer, in their order, as a pure function.
 
 1. Is the server whitelisted?  2. Is the tool allowed?  3. Are the arguments within range
-(every path inside an allowed glob and outside every forbidden one)?  4. Is an approval
+(every argument declared in the tool's reach, every path it names, resolved against the
+server's root, inside an allowed glob and outside every forbidden one, and no whole-root
+tool where paths are forbidden)?  4. Is an approval
 needed (the policy's decision)?  5. Is the rate limit exceeded?  6. Is it inside the change
 window? Each refusal names its own check, so an admin knows which setting stopped a call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, time
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
-from wcmatch import glob
+from .mcp_reach import ArgumentKind, ArgumentRefused, ToolReach, names_a_path, reach_paths
+from .paths import ROOT, PathRefused
+from .permissions import glob_matcher
 
-from .paths import PathRefused, normalize_relative
+Resolve = Callable[[Any], str]
 
-Check = Literal["whitelist", "tool", "arguments", "approval", "rate_limit", "change_window"]
-PATH_KEYS: Final = frozenset(
-    {
-        "path",
-        "paths",
-        "file",
-        "files",
-        "filename",
-        "source",
-        "src",
-        "target",
-        "dest",
-        "destination",
-        "directory",
-        "dir",
-        "folder",
-        "root",
-        "cwd",
-        "uri",
-        "location",
-    }
-)
-PATH_SUFFIXES: Final = ("path", "paths", "file", "dir", "directory", "folder", "uri")
+Check = Literal[
+    "whitelist", "tool", "arguments", "task_boundary", "approval", "rate_limit", "change_window"
+]
+WholeRootPolicy = Literal["refuse", "ask"]
+WHOLE_ROOT_POLICIES: Final[tuple[WholeRootPolicy, ...]] = get_args(WholeRootPolicy)
 DAY_NAMES: Final = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_FLAGS: Final = glob.GLOBSTAR | glob.DOTGLOB | glob.BRACE
 
 
 @dataclass(frozen=True)
@@ -55,6 +40,7 @@ class McpServerConfig:
     window_days: frozenset[int] = frozenset()  # 0 = Monday; empty: any day
     window_start: time | None = None  # UTC; both empty: any time
     window_end: time | None = None
+    whole_root_tools: WholeRootPolicy = "refuse"  # with forbidden paths: refuse, or ask
 
 
 @dataclass(frozen=True)
@@ -63,20 +49,16 @@ class McpRefusal:
     reason: str
 
 
-def _names_a_path(key: str) -> bool:
-    plain = "".join(ch for ch in key.lower() if ch.isalnum())  # filePath, file_path, file-path
-    return plain in PATH_KEYS or plain.endswith(PATH_SUFFIXES)
-
-
 def path_arguments(arguments: Any) -> list[Any]:
-    """Values of arguments that name files, at any depth: ``path``, ``filePath``, ``src``,
-    lists of ``paths``, and the same inside nested objects."""
+    """Values of arguments named like paths, at any depth (``path``, ``filePath``, lists of
+    ``paths``, nested objects): what discovery reads to prefill a declaration. The checks
+    themselves go by the declaration (:func:`reach_paths`), never by names."""
     found: list[Any] = []
     if isinstance(arguments, Mapping):
         for key, value in arguments.items():
-            if _names_a_path(str(key)) and not isinstance(value, Mapping | list):
+            if names_a_path(str(key)) and not isinstance(value, Mapping | list):
                 found.append(value)
-            elif _names_a_path(str(key)) and isinstance(value, list):
+            elif names_a_path(str(key)) and isinstance(value, list):
                 for item in value:
                     if isinstance(item, Mapping | list):
                         found.extend(path_arguments(item))
@@ -90,19 +72,60 @@ def path_arguments(arguments: Any) -> list[Any]:
     return found
 
 
-def _within_range(config: McpServerConfig, value: Any, resolve: Callable[[Any], str]) -> str | None:
-    if isinstance(value, str) and "://" in value:
-        return f"argument path {value!r}: URIs are refused; give a path inside the workspace"
-    try:
-        normalize_relative(value)
-        path = resolve(value)  # links followed inside the workspace
-    except PathRefused as error:
-        return f"argument path {value!r}: {error}"
-    if any(glob.globmatch(path, g, flags=_FLAGS | glob.IGNORECASE) for g in config.forbidden_paths):
-        return f"{path} is in a forbidden path of {config.name}"
-    if not any(glob.globmatch(path, g, flags=_FLAGS) for g in config.allowed_paths):
-        return f"{path} is outside the allowed paths of {config.name}"
+def _out_of_range(config: McpServerConfig, kind: ArgumentKind, path: str) -> str | None:
+    """Forbidden globs first (case-insensitive, ``X/**`` naming ``X``), then the allowed
+    ones."""
+    shown = "the root" if path == ROOT else path
+    if any(glob_matcher(g, ignore_case=True, forbids=True)(path) for g in config.forbidden_paths):
+        return f"{shown} is in a forbidden path of {config.name}"
+    if kind == "revision":
+        return None  # a ref's name (main, HEAD~1) is no file: only forbidden paths stop it
+    if not _allowed(config, path):
+        return f"{shown} is outside the allowed paths of {config.name}"
     return None
+
+
+def _allowed(config: McpServerConfig, path: str) -> bool:
+    return any(glob_matcher(g, ignore_case=False)(path) for g in config.allowed_paths)
+
+
+def _no_entries(path: str) -> Iterable[str]:
+    return ()
+
+
+def arguments_refusal(
+    config: McpServerConfig,
+    reach: ToolReach,
+    arguments: Mapping[str, Any],
+    resolve: Resolve,
+    entries: Callable[[str], Iterable[str]] = _no_entries,
+) -> str | None:
+    """Check 3: every argument declared, every path it names (resolved against the server's
+    root) within range, every entry of a tree it covers too (``entries``: what is under a
+    folder, links as where they lead), and a whole-root tool only where nothing is
+    forbidden."""
+    try:
+        named = reach_paths(reach, arguments, resolve)
+        for kind, path in named:
+            problem = _out_of_range(config, kind, path)
+            for entry in entries(path) if kind == "tree" and not problem else ():
+                if found := _out_of_range(config, "path", entry):
+                    problem = f"{path} holds what this tool may not reach: {found}"
+                    break
+            if problem:
+                return problem
+    except (ArgumentRefused, PathRefused) as error:
+        return str(error)
+    if reach.whole_root and config.forbidden_paths and config.whole_root_tools == "refuse":
+        return whole_root_reason(config)
+    return None
+
+
+def whole_root_reason(config: McpServerConfig) -> str:
+    return (
+        f"this tool's output can hold any file of {config.name}'s root, and the server has "
+        "forbidden paths"
+    )
 
 
 def in_window(config: McpServerConfig, now: datetime) -> bool:
@@ -128,15 +151,23 @@ def check_mcp_call(
     tool: str,
     arguments: Mapping[str, Any],
     *,
+    reach: ToolReach,
     decision: str,
     decision_reason: str,
     calls_this_minute: Callable[[], int],
     now: datetime,
     server_name: str,
-    resolve: Callable[[Any], str] = normalize_relative,
+    resolve: Resolve,
+    entries: Callable[[str], Iterable[str]] = _no_entries,
+    approved: bool = False,
+    boundary: Callable[[], str | None] = lambda: None,
 ) -> McpRefusal | None:
     """The first check that refuses the call, or None when all six pass.
 
+    ``resolve`` is the server's: a path against its root, links followed. A whole-root tool
+    on a server with forbidden paths that is set to ask needs a person (check 4), unless
+    one ``approved`` this very call. ``boundary`` is the run's task (between checks 3 and
+    4, like a policy of its own): what it refuses never reaches the approval or the rate.
     ``calls_this_minute`` is only asked when the first four checks passed, so refused
     calls never use up the rate limit.
     """
@@ -144,10 +175,13 @@ def check_mcp_call(
         return McpRefusal("whitelist", f"the MCP server {server_name} is not whitelisted")
     if tool not in config.allowed_tools:
         return McpRefusal("tool", f"{tool} is not an allowed tool of {config.name}")
-    for value in path_arguments(arguments):
-        problem = _within_range(config, value, resolve)
-        if problem:
-            return McpRefusal("arguments", problem)
+    problem = arguments_refusal(config, reach, arguments, resolve, entries)
+    if problem:
+        return McpRefusal("arguments", problem)
+    if outside := boundary():
+        return McpRefusal("task_boundary", outside)
+    if decision == "allow" and reach.whole_root and config.forbidden_paths and not approved:
+        decision, decision_reason = "ask", whole_root_reason(config)
     if decision != "allow":
         return McpRefusal("approval", f"{decision}: {decision_reason}")
     if config.rate_limit_per_minute and calls_this_minute() >= config.rate_limit_per_minute:

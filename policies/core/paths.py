@@ -14,6 +14,7 @@ import unicodedata
 from typing import Final
 
 MAX_PATH_CHARS: Final = 1024
+ROOT: Final = "."  # how a path naming the root itself is written, for a server's folder
 _PERCENT: Final = re.compile(r"%[0-9A-Fa-f]{2}")
 # Slash look-alikes that NFKC leaves alone; a name containing one is written to deceive.
 _SLASH_LOOKALIKES: Final = frozenset("\u2215\u2044\u29f8\u2571\u3033\u30ce")
@@ -25,8 +26,8 @@ class PathRefused(ValueError):
     """A path outside the workspace or written to hide where it goes; says why."""
 
 
-def normalize_relative(raw: object) -> str:
-    """The path as a clean ``a/b/c`` string relative to the workspace, or PathRefused."""
+def check_plain(raw: object) -> str:
+    """The path's text, if it is plainly written (whether relative or not), or PathRefused."""
     if not isinstance(raw, str):
         raise PathRefused("A path must be text.")
     if raw.strip() == "":
@@ -43,11 +44,21 @@ def normalize_relative(raw: object) -> str:
         raise PathRefused("The path has look-alike Unicode characters (it changes under NFKC).")
     if any(unicodedata.category(ch) in _HIDDEN_CATEGORIES for ch in raw):
         raise PathRefused("The path has invisible or direction-changing characters.")
+    return raw
+
+
+def normalize_relative(raw: object, *, allow_root: bool = False) -> str:
+    """The path as a clean ``a/b/c`` string relative to the workspace, or PathRefused.
+    ``allow_root``: ``.`` (and ``./``) names the root itself, written :data:`ROOT` (an MCP
+    server's tools take their folder as an argument; a built-in tool names files in it)."""
+    raw = check_plain(raw)
     if raw.startswith(("/", "~")):
         raise PathRefused("Absolute and home paths are refused; give a path inside the workspace.")
     parts = [part for part in raw.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise PathRefused("Paths with .. are refused; give a path inside the workspace.")
     if not parts:
+        if allow_root:
+            return ROOT
         raise PathRefused("The path names the workspace itself, not a file in it.")
     return "/".join(parts)

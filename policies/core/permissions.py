@@ -14,7 +14,9 @@ Order of the checks:
    inside the remembered pattern) becomes ``allow``. ``ask_strong`` is asked every time.
 
 Globs come from wcmatch (``**`` spans folders). Deny patterns match case-insensitively, so
-``Config/x`` cannot slip past a deny of ``config/**``; allow patterns match exactly.
+``Config/x`` cannot slip past a deny of ``config/**``; allow patterns match exactly. A
+folder's glob ``X/**`` names ``X`` itself too (listing ``secrets`` is reading what is in
+it), and the root ``.`` is named only by a glob of stars (``**``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Final, Literal, get_args
 
 from wcmatch import fnmatch, glob
 
+from .paths import ROOT
+
 Decision = Literal["allow", "ask", "ask_strong", "deny"]
 DECISIONS: Final[tuple[Decision, ...]] = get_args(Decision)
 Level = Literal["L1", "L2", "L3"]
@@ -35,6 +39,36 @@ SIDE_EFFECTS: Final[tuple[SideEffect, ...]] = get_args(SideEffect)
 
 _GLOB_FLAGS: Final = glob.GLOBSTAR | glob.DOTGLOB | glob.BRACE
 _TOOL_FLAGS: Final = fnmatch.BRACE
+
+
+_FOLDER_SUFFIXES: Final = ("/**/*", "/**")
+
+
+def glob_matcher(
+    pattern: str, *, ignore_case: bool, forbids: bool = False
+) -> Callable[[str], bool]:
+    """Whether a resolved path is named by ``pattern``: the glob itself, the folder ``X``
+    of an ``X/**``, and the root (``.``) only for a pattern of stars. A pattern that
+    ``forbids`` (a deny, a forbidden path) also covers what is under what it names: a
+    forbidden ``secrets`` forbids ``secrets/key.txt``."""
+    flags = _GLOB_FLAGS | (glob.IGNORECASE if ignore_case else 0)
+    matchers = [glob.compile(pattern, flags=flags)]
+    for suffix in _FOLDER_SUFFIXES:
+        if pattern.endswith(suffix) and pattern[: -len(suffix)]:
+            matchers.append(glob.compile(pattern[: -len(suffix)], flags=flags))
+            break
+    else:
+        if forbids and pattern.strip("*/"):
+            base = pattern.rstrip("/")
+            matchers += [glob.compile(base, flags=flags), glob.compile(base + "/**", flags=flags)]
+    names_root = pattern.strip("*/") == ""
+
+    def matches(path: str) -> bool:
+        if path == ROOT:
+            return names_root
+        return any(m.match(path) for m in matchers)
+
+    return matches
 
 
 class PolicyError(ValueError):
@@ -97,9 +131,9 @@ class Rule:
     def matches_path(self) -> Callable[[str | None], bool]:
         if not self.path:
             return lambda path: True
-        flags = _GLOB_FLAGS | (glob.IGNORECASE if self.decision == "deny" else 0)
-        matcher = glob.compile(self.path, flags=flags)
-        return lambda path: path is not None and bool(matcher.match(path))
+        deny = self.decision == "deny"
+        matcher = glob_matcher(self.path, ignore_case=deny, forbids=deny)
+        return lambda path: path is not None and matcher(path)
 
 
 @dataclass(frozen=True)

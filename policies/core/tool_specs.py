@@ -13,6 +13,7 @@ MAX_DESCRIPTION: Final = 250
 # The built-in tools that write files (drafts or formal ones): a task's write paths bound
 # them, and the journal keeps the bytes they may change, so a call interrupted after its
 # write is recorded from disk instead of repeated.
+SHELL_TOOL: Final = "dangerous"  # the one raw shell (SPEC T9)
 FILE_WRITE_TOOLS: Final = frozenset(
     {"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"}
 )

@@ -7,7 +7,8 @@ from typing import Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from ..core.mcp_checks import McpServerConfig
+from ..core.mcp_checks import WHOLE_ROOT_POLICIES, McpServerConfig
+from ..core.mcp_reach import ARGUMENT_KINDS, ToolReach
 from ..core.permissions import LEVELS, SIDE_EFFECTS
 from ..core.tool_specs import MAX_DESCRIPTION
 from .eval_traffic import EvalAware
@@ -43,6 +44,27 @@ class ToolDefinition(EvalAware):
     for_evals = models.BooleanField(
         default=False, editable=False, help_text="A tool of one of the eval set's MCP servers."
     )
+    argument_kinds = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            'An MCP tool\'s reach: each argument\'s kind, "path", "tree" (its output covers '
+            'all under it), "revision" (HEAD:.env names a path) or "text". An argument not '
+            "named here is refused. Prefilled at discovery from the input schema."
+        ),
+    )
+    whole_root = models.BooleanField(
+        default=False,
+        help_text=(
+            "An MCP tool whose output can hold any file under its server's root (a diff, a "
+            "show, a log with patches): refused or asked on a server with forbidden paths."
+        ),
+    )
+    annotations = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The server's own hints (readOnlyHint, destructiveHint), as discovered.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -67,8 +89,22 @@ class ToolDefinition(EvalAware):
             )
         if not isinstance(self.input_schema, dict) or self.input_schema.get("type") != "object":
             errors["input_schema"] = 'The input schema must be a JSON schema of "type": "object".'
+        kinds = self.argument_kinds
+        if not isinstance(kinds, dict) or not all(
+            isinstance(k, str) and v in ARGUMENT_KINDS for k, v in kinds.items()
+        ):
+            errors["argument_kinds"] = (
+                f"Give a JSON object from argument names to one of {', '.join(ARGUMENT_KINDS)}."
+            )
         if errors:
             raise ValidationError(errors)
+
+    def reach(self) -> ToolReach:
+        kinds = self.argument_kinds if isinstance(self.argument_kinds, dict) else {}
+        return ToolReach(
+            {k: v for k, v in kinds.items() if v in ARGUMENT_KINDS},
+            self.whole_root,
+        )
 
 
 class McpServer(EvalAware):
@@ -77,6 +113,21 @@ class McpServer(EvalAware):
     name = models.SlugField(max_length=63, unique=True)
     command = models.CharField(max_length=500, help_text="The program that starts the server.")
     args = models.JSONField(default=list, blank=True, help_text="Its arguments, a JSON list.")
+    root = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text=(
+            "The folder the server serves, an absolute path: its paths are resolved and its "
+            "allowed and forbidden globs matched against it. Empty: read from the arguments "
+            "(--repository, or the first absolute folder), else the folder it is started in."
+        ),
+    )
+    whole_root_tools = models.CharField(
+        max_length=8,
+        choices=[(p, p) for p in WHOLE_ROOT_POLICIES],
+        default="refuse",
+        help_text="Tools whose output can hold any file of the root, where paths are forbidden.",
+    )
     permission_level = models.CharField(
         max_length=2, choices=[(lv, lv) for lv in LEVELS], default="L2"
     )
@@ -124,7 +175,9 @@ class McpServer(EvalAware):
             if isinstance(getattr(self, field), list) and any(
                 str(v).startswith("/") or ".." in str(v).split("/") for v in getattr(self, field)
             ):
-                errors[field] = "Globs are relative to the workspace, without '..'."
+                errors[field] = "Globs are relative to the server's root, without '..'."
+        if self.root and not str(self.root).startswith("/"):
+            errors["root"] = "Give the folder as an absolute path, or leave it empty."
         if not isinstance(self.window_days, list) or not all(
             isinstance(d, int) and 0 <= d <= 6 for d in self.window_days
         ):
@@ -145,4 +198,5 @@ class McpServer(EvalAware):
             window_days=frozenset(self.window_days),
             window_start=self.window_start,
             window_end=self.window_end,
+            whole_root_tools="ask" if self.whole_root_tools == "ask" else "refuse",
         )

@@ -103,7 +103,17 @@ def tool_call_run(
     assert definition is not None and isinstance(arguments, dict)
     if definition.source == "mcp":
         return _mcp(
-            record, definition, workspace, arguments, policy, grants, transform, before_run, fence
+            record,
+            definition,
+            workspace,
+            arguments,
+            policy,
+            grants,
+            transform,
+            before_run,
+            fence=fence,
+            hold_asks=hold_asks,
+            approved_by=approved_by,
         )
     return _builtin(
         record,
@@ -157,7 +167,7 @@ def _builtin(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        return _needs_approval(record, decided, hold_asks=hold_asks)
+        return _asked(record, decided, hold_asks=hold_asks)
     if isinstance(decided, Refused):
         return _refuse(record, decided)
     _allow(record, decided)
@@ -209,15 +219,18 @@ def _mcp(
     grants: Sequence[Grant],
     transform: Transform | None,
     before_run: BeforeRun | None,
+    *,
     fence: Fence,
+    hold_asks: bool = False,
+    approved_by: Any = None,
 ) -> ToolCall:
     """An MCP tool: the six checks of T12 in order, then the call through the SDK (T11:
     the external call's request id is kept with the output). The pre_tool_use hooks run
-    before the checks here (they run together with the call): a halt still stops it."""
+    before the checks here (they run together with the call): a halt still stops it. A
+    whole-root tool its server sets to ask is handed back unsaved (``hold_asks``) before
+    anything is journalled, like a built-in tool's ask; ``approved_by`` is the yes."""
     if before_run is not None and (halted := before_run(record.tool, arguments)):
         return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
-    if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
-        journal_open(record, definition, fence=fence)
     now = timezone.now()
     server, decided = mcp_decide(
         definition=definition,
@@ -226,7 +239,13 @@ def _mcp(
         policy=policy,
         grants=grants,
         now=now,
+        task=(record.run.task or {}) if record.run is not None else None,  # its boundaries
+        approved_by=approved_by,
     )
+    if isinstance(decided, NeedsApproval):
+        return _asked(record, decided, hold_asks=hold_asks)
+    if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
+        journal_open(record, definition, fence=fence)
     if isinstance(decided, Refused):
         return _refuse(record, decided)
     _allow(record, decided)
@@ -240,11 +259,11 @@ def _mcp(
         return tool_call_record(record, reply)
 
 
-def _needs_approval(record: ToolCall, asked: NeedsApproval, *, hold_asks: bool) -> ToolCall:
-    """The policy asks a person: handed back unsaved for the caller to ask (``hold_asks``),
-    or refused where nobody can be asked."""
-    verdict = asked.verdict
-    record.path = (asked.paths[0] if asked.paths else "")[:1024]
+def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool) -> ToolCall:
+    """A call a person must approve: handed back unsaved for the caller to ask one
+    (``hold_asks``), else refused, since nobody is there to ask."""
+    verdict = decided.verdict
+    record.path = (decided.paths[0] if decided.paths else "")[:1024]
     record.decision, record.rule, record.reason = (
         verdict.decision,
         verdict.rule or "",

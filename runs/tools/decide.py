@@ -3,7 +3,8 @@
 1. The tool must be in the registry and enabled; its arguments must be a JSON object that
    matches its schema, with no name the console reserves (``_``).
 2. A built-in tool's paths are resolved inside the workspace; the task's boundaries and
-   then the policy decide.
+   then the policy decide. Within a run the shell, which only a task that needs a command
+   has in its boundaries, always asks a person to type the command (L3, human only).
 
 The answer is a value: :class:`Refused` (nothing runs; the record says why),
 :class:`NeedsApproval` (a person is asked) or :class:`Allowed`. MCP tools are decided by
@@ -33,7 +34,7 @@ from policies.core.permissions import (
     level_of,
     side_effect_of,
 )
-from policies.core.tool_specs import BUILTIN_TOOLS
+from policies.core.tool_specs import BUILTIN_TOOLS, SHELL_TOOL
 from policies.models import ToolDefinition, Workspace
 from policies.paths import resolve_in_workspace
 from policies.permissions import PATH_ARGUMENTS
@@ -118,11 +119,14 @@ def builtin_decide(
     except PathRefused as error:
         return Refused(str(error))
     first = (paths[0] if paths else "")[:1024]
-    if boundary is not None and (outside := boundary(tool, paths)):
+    shell = is_shell(definition)
+    if boundary is not None and (outside := boundary(SHELL_TOOL if shell else tool, paths)):
         return Refused(f"deny: {outside}", "deny", "task-boundary", first)
     verdict = decide_paths(
         policy, tool, level_of(definition.permission_level), side_effect(definition), paths, grants
     )
+    if shell and boundary is not None:
+        verdict = shell_asks(verdict)
     rule = verdict.rule or ""
     asks = verdict.decision in ("ask", "ask_strong")
     if asks and approved_by is not None:
@@ -134,6 +138,22 @@ def builtin_decide(
         reason = f"{verdict.decision}: {verdict.reason}"
         return Refused(reason, verdict.decision, rule, first, verdict.human_only)
     return Allowed("allow", rule, verdict.reason, tuple(paths), verdict.human_only)
+
+
+def is_shell(definition: ToolDefinition) -> bool:
+    """The raw shell, under its own name or a custom tool's (``implementation``)."""
+    return (definition.implementation or definition.name) == SHELL_TOOL
+
+
+def shell_asks(verdict: Verdict) -> Verdict:
+    """Within a run, the shell (inside the boundaries only of a task that needs a command)
+    is an L3 action a person approves by typing the command, every time: whatever the
+    policy allows becomes ``ask_strong`` for a person only, no grant standing in. A deny
+    stays a deny."""
+    if verdict.decision == "deny":
+        return verdict
+    reason = f"{verdict.reason}; the shell runs only once a person types the command"
+    return Verdict("ask_strong", True, verdict.rule, reason)
 
 
 def side_effect(definition: ToolDefinition) -> SideEffect:

@@ -2,14 +2,16 @@
 
 The server's tools are in the same registry as the built-in ones (``policies.mcp_servers``
 discovers them), and every call passes the six checks of ``policies.core.mcp_checks``
-before the server hears of it. A server is started per call, in the workspace, with a
-scrubbed environment, and stopped at the call's timeout.
+before the server hears of it, its paths resolved against the folder the server serves
+(``server_root``), never the calling run's workspace by accident. A server is started per
+call, in that folder, with a scrubbed environment, and stopped at the call's timeout.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
+import os
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,14 +20,15 @@ from django.core.cache import cache
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
-from policies.core.mcp_checks import check_mcp_call, path_arguments
-from policies.core.paths import PathRefused
-from policies.core.permissions import Policy, decide_paths, level_of, side_effect_of
-from policies.mcp_servers import errlog, server_parameters, split_name
+from policies.core.mcp_checks import McpRefusal, check_mcp_call
+from policies.core.mcp_reach import ArgumentRefused, reach_paths
+from policies.core.permissions import Policy, Verdict, decide_paths, level_of, side_effect_of
+from policies.mcp_servers import errlog, server_parameters, server_root, split_name
 from policies.models import McpServer, ToolDefinition
-from policies.paths import resolve_in_workspace
+from policies.paths import resolve_in_root, tree_entries
 
-from .decide import Allowed, Refused
+from ..core.intake.boundaries import side_effect_outside
+from .decide import Allowed, NeedsApproval, Refused
 
 
 async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
@@ -65,34 +68,49 @@ def mcp_decide(
     policy: Policy,
     grants: Any,
     now: datetime,
-) -> tuple[McpServer | None, Refused | Allowed]:
+    task: Mapping[str, Any] | None = None,
+    approved_by: Any = None,
+) -> tuple[McpServer | None, Refused | NeedsApproval | Allowed]:
     """The six checks of SPEC T12, in order: server whitelisted, tool allowed, arguments
-    within range, approval needed (an MCP call that asks is refused: no person is asked),
-    rate limit, change window. Every path is decided; the strictest verdict stands (a rename
-    into .env is a deny)."""
+    within range (each declared in the tool's reach, each path resolved once against the
+    server's root), then the task's boundaries (a read-only task uses no MCP tool with a
+    side effect; a writing one, on a server that serves its workspace, changes only the
+    files it names), approval needed (a policy's ask of an MCP call is refused: no person is
+    asked; a whole-root tool its server sets to ask is), rate limit, change window. Every
+    path is decided; the strictest verdict stands."""
     server_name, tool = split_name(definition.name)
     server = McpServer.objects.filter(name=server_name).first()
+    effect = side_effect_of(definition.side_effect)
+    root = server_root(server, workspace.root) if server else str(workspace.root)
 
     def resolve(value: Any) -> str:
-        return resolve_in_workspace(workspace.root, value).relative
+        return resolve_in_root(root, value)
 
-    resolved: list[str] = []
-    for value in path_arguments(arguments):
-        with contextlib.suppress(PathRefused):  # check 3 refuses it, with the reason
-            resolved.append(resolve(value))
+    try:
+        resolved = [path for _, path in reach_paths(definition.reach(), arguments, resolve)]
+    except ArgumentRefused:
+        resolved = []  # check 3 refuses it, with the reason
+    serves_workspace = os.path.realpath(root) == os.path.realpath(workspace.root)
+
+    def boundary() -> str | None:
+        if task is None:
+            return None
+        paths = resolved if serves_workspace else None
+        return side_effect_outside(task, definition.name, effect, paths)
+
     verdict = decide_paths(
         policy,
         definition.name,
         level_of(definition.permission_level),
-        side_effect_of(definition.side_effect),
+        effect,
         resolved,
         list(grants or ()),
     )
-    first = resolved[0] if resolved else ""
     refusal = check_mcp_call(
         server.as_config() if server else None,
         tool,
         arguments,
+        reach=definition.reach(),
         decision=verdict.decision,
         decision_reason=verdict.reason,
         # Only asked of a whitelisted server (check 1 refuses any other first).
@@ -100,15 +118,29 @@ def mcp_decide(
         now=now,
         server_name=server_name,
         resolve=resolve,
+        entries=lambda path: tree_entries(root, path),
+        approved=approved_by is not None,
+        boundary=boundary,
     )
-    rule = verdict.rule or ""
+    return server, _outcome(verdict, refusal, resolved)
+
+
+def _outcome(
+    verdict: Verdict, refusal: McpRefusal | None, resolved: list[str]
+) -> Refused | NeedsApproval | Allowed:
+    """The checks' answer as the one door's values. An approval refusal of a call the
+    policy allowed is a whole-root tool on a server set to ask: a person is asked."""
+    rule, first = verdict.rule or "", (resolved[0] if resolved else "")
+    if refusal is not None and refusal.check == "approval" and verdict.decision == "allow":
+        asked = Verdict("ask", verdict.human_only, "whole-root", refusal.reason)
+        return NeedsApproval(asked, tuple(resolved))
+    if refusal is not None and refusal.check == "task_boundary":
+        return Refused(f"deny: {refusal.reason}", "deny", "task-boundary", first)
     if refusal is not None:
         refused = f"{refusal.check}: {refusal.reason}"
-        decision = verdict.decision if refused.startswith("approval") else "deny"
-        return server, Refused(refused, decision, rule, first, verdict.human_only)
-    return server, Allowed(
-        verdict.decision, rule, verdict.reason, tuple(resolved), verdict.human_only
-    )
+        decision = "deny" if refusal.check != "approval" else verdict.decision
+        return Refused(refused, decision, rule, first, verdict.human_only)
+    return Allowed(verdict.decision, rule, verdict.reason, tuple(resolved), verdict.human_only)
 
 
 def mcp_call(
@@ -123,7 +155,8 @@ def mcp_call(
     the reply keeps a request id for the call (SPEC T11)."""
     server_name, tool = split_name(definition.name)
     try:
-        result = anyio.run(_call, server, tool, arguments, str(workspace.root))
+        started_in = server_root(server, workspace.root)  # relative paths land where checked
+        result = anyio.run(_call, server, tool, arguments, started_in)
     except TimeoutError:
         return {
             "ok": False,

@@ -7,8 +7,11 @@ risk; nothing the requester claims lowers it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from policies.core.permissions import glob_matcher
+from policies.core.tool_specs import SHELL_TOOL
 
 from .risk import RiskAssessment
 from .task import ApprovalDecision, Boundaries, Intent, Parameter
@@ -32,21 +35,60 @@ TOOLS: Final[dict[Intent, tuple[str, ...]]] = {
     "unknown": _READ_TOOLS,
 }
 _WRITING_ROLES: Final = frozenset({"path", "source", "target"})
+# No intent includes the raw shell (SPEC T9): only a task that needs a command run has it,
+# and then every call of it asks a person to type the command (L3, human only).
 
 
 def task_boundaries(
-    intent: Intent, parameters: tuple[Parameter, ...], available_tools: Sequence[str]
+    intent: Intent,
+    parameters: tuple[Parameter, ...],
+    available_tools: Sequence[str],
+    *,
+    needs_command: bool = False,
 ) -> Boundaries:
-    """Least privilege: write only the files the task names, use only the tools it needs."""
+    """Least privilege: write only the files the task names, use only the tools it needs;
+    the shell only for a task that needs a command run."""
     writes: list[str] = []
     if intent not in {"question", "unknown"}:
         for p in parameters:
             if p.name in _WRITING_ROLES and p.value not in writes:
                 writes.append(p.value)
-    tools = TOOLS[intent]
+    tools = TOOLS[intent] + ((SHELL_TOOL,) if needs_command else ())
     if available_tools:
         tools = tuple(t for t in tools if t in set(available_tools))
     return Boundaries(("**",), tuple(writes), tools)
+
+
+def side_effect_outside(
+    task: Mapping[str, Any],
+    tool: str,
+    side_effect: str,
+    paths: Sequence[str] | None = None,
+) -> str | None:
+    """The boundary of a tool outside the built-in list (an MCP tool), by its side effect:
+    a task that changes no files (a question; no write paths) uses only tools that have
+    none, whatever the server's tool is called; a task that does may change, through a
+    server that serves its workspace (``paths``, relative to it), only the files it names.
+    None when the boundary lets it through."""
+    bounds = task.get("boundaries") or {}
+    writes = tuple(bounds.get("write_paths") or ())
+    if side_effect == "none":
+        return None
+    if not writes:
+        intent = task.get("intent", "unknown")
+        return (
+            f"{tool} may change things ({side_effect}), and this {intent} task is read-only: "
+            "it changes no files"
+        )
+    outside = [
+        p for p in paths or () if not any(glob_matcher(w, ignore_case=False)(p) for w in writes)
+    ]
+    if outside:
+        return (
+            f"{', '.join(outside)} is outside this task's boundaries: it may change "
+            f"{', '.join(writes)}"
+        )
+    return None
 
 
 _INTENT_APPROVAL: Final[dict[Intent, str]] = {
@@ -58,9 +100,13 @@ _INTENT_APPROVAL: Final[dict[Intent, str]] = {
 }
 
 
-def approval_decision(intent: Intent, risk: RiskAssessment) -> ApprovalDecision:
+def approval_decision(
+    intent: Intent, risk: RiskAssessment, *, needs_command: bool = False
+) -> ApprovalDecision:
     """SPEC P3 by intent, raised by risk; never lowered by anything the requester claims."""
     reasons = [_INTENT_APPROVAL[intent]] if intent in _INTENT_APPROVAL else []
+    if needs_command:
+        reasons.append("running a command needs a person to type it (L3, strong confirmation)")
     if risk.level in {"high", "critical"}:
         features = ", ".join(f.feature for f in risk.factors)
         reasons.append(f"risk {risk.level}: {features}")

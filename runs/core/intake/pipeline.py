@@ -12,6 +12,7 @@ from .extract import gate
 from .request import NO_ANSWERS, checked_answers, checked_request
 from .risk import assess_task_risk
 from .task import StructuredTask
+from .vocabulary import COMMAND
 
 
 def intake(
@@ -26,7 +27,8 @@ def intake(
     2. The intent: what the request asks to have done.
     3. The risk of the request and its answers; claims of safety are only recorded.
     4. Parameters per role; what is missing or refused becomes a question (R3).
-    5. Boundaries (files and tools) and whether a person must approve.
+    5. Boundaries (files and tools; the shell only for a task that needs a command run)
+       and whether a person must approve.
 
     Run it again with more ``answers`` to resume after a question: intake is a pure
     function of its inputs, so the resumed task is exactly what one complete request gives.
@@ -38,6 +40,7 @@ def intake(
     intent, evidence = read_intent(text)
     risk = assess_task_risk(text, checked)
     parameters, missing = gate(text, intent, checked)
+    needs_command = COMMAND.search(text) is not None
     return StructuredTask(
         request=request,
         intent=intent,
@@ -45,7 +48,9 @@ def intake(
         risk=risk,
         parameters=parameters,
         missing=missing,
-        boundaries=task_boundaries(intent, parameters, available_tools),
-        approval=approval_decision(intent, risk),
+        boundaries=task_boundaries(
+            intent, parameters, available_tools, needs_command=needs_command
+        ),
+        approval=approval_decision(intent, risk, needs_command=needs_command),
         answers=tuple(sorted(checked.items())),
     )

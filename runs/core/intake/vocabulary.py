@@ -252,3 +252,23 @@ QUESTION: Final = whole_words(QUESTION_WORDS)
 CODE: Final = whole_words(CODE_NOUNS)
 EXTRA_CLAIM: Final = whole_words(EXTRA_CLAIMS)
 BULK_OBJECT: Final = whole_words((*BULK_NOUNS, *EVERYTHING_WORDS, r"\*"))
+
+# --- commands -----------------------------------------------------------------------------
+# A request that needs a command run: "run `make test`", "run the tests", "execute the
+# script", "in the shell". Only such a task has the shell in its boundaries (L3, asked).
+COMMAND_OBJECTS: Final = (
+    r"(?:shell\s+)?commands?",
+    "scripts?",
+    "tests?",
+    "test suite",
+    "build",
+    "linter",
+    "migrations?",
+    "`[^`\n]+`",
+)
+COMMAND: Final = re.compile(
+    r"(?<![\w.])((?:run|execute)\s+(?:the\s+|a\s+|this\s+|that\s+)?(?:"
+    + "|".join(o.replace(" ", r"\s+") for o in COMMAND_OBJECTS)
+    + r")|(?:in|from)\s+the\s+(?:shell|terminal)|shell\s+commands?)(?!\w)",
+    re.IGNORECASE,
+)
