@@ -199,7 +199,8 @@ KINDS = {
     "commitDraft": {"path": "docs/guide.md"},
     "deleteFile": {"path": "docs/old.md"},
     "renameFile": {"source": "docs/old.md", "target": "docs/older.md"},
-    "mcp:notes:write_note": {"path": "notes/a.md", "text": "changed"},
+    # Inside the task's write paths (the run's task changes docs/configuration.md).
+    "mcp:notes:write_note": {"path": "docs/configuration.md", "text": "changed"},
 }
 
 
@@ -230,7 +231,7 @@ def notes_server() -> None:
         command=sys.executable,
         args=[str(Path(__file__).parent / "mcp_server.py")],
         allowed_tools=["read_note", "write_note"],
-        allowed_paths=["notes/**"],
+        allowed_paths=["docs/**", "notes/**"],
         forbidden_paths=[],
         rate_limit_per_minute=0,
     )
