@@ -128,6 +128,8 @@ def test_a_read_only_task_cannot_write_through_any_mcp_tool(
     run = drive(submit(personas, agent, workspace, "What does notes/a.md say?"))
     assert run.status == "completed", run.failure_reason
     assert run.task["intent"] == "question"
+    # Not offered (nothing the task could use), and refused when a model calls them anyway.
+    assert not set(WRITES) & offered(api) and "mcp:fs:read_file" in offered(api)
     records = {r.tool: r for r in ToolCall.objects.filter(run=run)}
     for tool in WRITES:
         assert (records[tool].status, records[tool].rule) == ("refused", "task-boundary"), tool

@@ -94,7 +94,7 @@ def _prompt(driver: Driver, run: Run) -> None:
     allowed = set(((run.task or {}).get("boundaries") or {}).get("tools") or ())
     driver.tools = [
         t
-        for t in tool_definitions_for(policy, for_evals=run.agent.for_evals)
+        for t in tool_definitions_for(policy, for_evals=run.agent.for_evals, task=run.task or {})
         if t["name"] not in BUILTIN_TOOLS or t["name"] in allowed
     ]
 

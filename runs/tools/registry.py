@@ -1,14 +1,18 @@
 """What the model is told about tools (SPEC T1): definitions only, never implementations,
 and only of the enabled tools the agent's policy could let it use; of an MCP server's
-tools, only those on its allow list while it is whitelisted (T12)."""
+tools, only those on its allow list while it is whitelisted (T12), and only those the
+run's task could use (a read-only task is not offered a tool that changes things)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from policies.core.permissions import Policy, level_of, tool_may_be_used
+from policies.core.permissions import Policy, level_of, side_effect_of, tool_may_be_used
 from policies.mcp_servers import split_name
 from policies.models import McpServer, ToolDefinition
+
+from ..core.intake.boundaries import side_effect_outside
 
 
 def _mcp_allowed(*, for_evals: bool) -> set[str]:
@@ -24,9 +28,13 @@ def _mcp_allowed(*, for_evals: bool) -> set[str]:
     }
 
 
-def tool_definitions_for(policy: Policy, *, for_evals: bool = False) -> list[dict[str, Any]]:
+def tool_definitions_for(
+    policy: Policy, *, for_evals: bool = False, task: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """In the Anthropic Messages API's shape: name, description, input_schema. The eval
-    set's own MCP tools (``wipe``, ``dump_env``) are offered to its agents only."""
+    set's own MCP tools (``wipe``, ``dump_env``) are offered to its agents only. With the
+    run's ``task``, an MCP tool its boundaries refuse whatever the arguments (one with a side
+    effect, in a task that changes no files) is not offered: its call would be refused."""
     tools = ToolDefinition.objects.filter(enabled=True)
     if not for_evals:
         tools = tools.without_evals()
@@ -36,7 +44,12 @@ def tool_definitions_for(policy: Policy, *, for_evals: bool = False) -> list[dic
         for tool in tools.order_by("name")
         if tool_may_be_used(policy, tool.name, level_of(tool.permission_level))
         and (tool.source != "mcp" or _offered(tool.name, allowed))
+        and (tool.source != "mcp" or task is None or _within(task, tool))
     ]
+
+
+def _within(task: Mapping[str, Any], tool: ToolDefinition) -> bool:
+    return side_effect_outside(task, tool.name, side_effect_of(tool.side_effect)) is None
 
 
 def _offered(name: str, allowed: set[str]) -> bool:
