@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import anyio
@@ -26,6 +27,7 @@ from policies.models import McpServer, ToolDefinition
 from policies.paths import resolve_in_workspace
 
 from .decide import Allowed, Refused
+from .isolation import Stopped, stopped_reply, tool_in_flight, until_stopped
 
 
 async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
@@ -122,8 +124,12 @@ def mcp_call(
     """The call through the SDK, under the server's timeout; a failure is a tool error, and
     the reply keeps a request id for the call (SPEC T11)."""
     server_name, tool = split_name(definition.name)
-    try:
-        result = anyio.run(_call, server, tool, arguments, str(workspace.root))
+    work = partial(_call, server, tool, arguments, str(workspace.root))
+    try:  # registered in flight, so a cancel of the run stops it (``isolation.py``)
+        with tool_in_flight() as flight:
+            result = anyio.run(until_stopped, flight, work)
+    except Stopped as stopped:
+        return stopped_reply(str(stopped))
     except TimeoutError:
         return {
             "ok": False,
