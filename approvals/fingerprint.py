@@ -8,9 +8,12 @@ from typing import Any
 
 from policies.core.diffs import file_diff
 from policies.permissions import policy_for_agent
+from policies.regular_files import read_regular
 
 from .core.fingerprint import Fingerprint, content_hash, fingerprint_changes
 from .core.patch import PatchError
+
+MAX_FINGERPRINT_BYTES = 20 * 1024 * 1024  # the tools' own limit for a file they write
 
 DIFF_TOOLS = frozenset({"commitDraft"})
 
@@ -57,9 +60,11 @@ def originals_for(run: Any, paths: Sequence[str]) -> dict[str, str | None]:
 def _read(base: Path, relative: str) -> bytes | None:
     try:
         target = (base / relative).resolve()
-        if not target.is_relative_to(base.resolve()) or not target.is_file():
+        if not target.is_relative_to(base.resolve()):
             return None
-        return target.read_bytes()
+        # A regular file only, bounded: a FIFO or a huge file is "no file" (no tool would
+        # read or write it either), never a hang or the whole file in memory.
+        return read_regular(target, MAX_FINGERPRINT_BYTES)
     except (OSError, ValueError):
         return None
 

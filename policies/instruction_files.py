@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from .core.instructions import INSTRUCTION_FILE, MAX_INSTRUCTION_BYTES, InstructionFile
+from .regular_files import FileTooLarge, NotRegularFile, read_regular
 
 SKIPPED_DIRS = frozenset({".git"})
 
@@ -31,14 +32,13 @@ def read_file_within(
     if not _inside(real, root):
         return InstructionFile(relative, problem="a link pointing outside the workspace")
     try:
-        with open(real, "rb") as handle:
-            # Never more than the limit plus one byte: enough to know a file is too large.
-            content = handle.read(MAX_INSTRUCTION_BYTES + 1)
-            if len(content) > MAX_INSTRUCTION_BYTES:
-                return InstructionFile(relative, size=os.fstat(handle.fileno()).st_size)
-            return InstructionFile(relative, content=content)
-    except IsADirectoryError:
-        return InstructionFile(relative, problem="a folder, not a file")
+        # Regular files only, never more than the limit: a FIFO named AGENTS.md must not
+        # hang the assembly, a sparse file of gigabytes is refused from its size.
+        return InstructionFile(relative, content=read_regular(real, MAX_INSTRUCTION_BYTES))
+    except FileTooLarge as error:
+        return InstructionFile(relative, size=error.size)
+    except NotRegularFile as error:
+        return InstructionFile(relative, problem=f"{error.what}, not a regular file")
     except OSError as error:
         return InstructionFile(relative, problem=f"unreadable ({error.strerror or error})")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from django.utils import timezone
 
 from .core import status as run_status
 from .models import Run
+from .tools.isolation import tool_calls_in_flight, tool_processes_stop, tool_scope
 
 logger = logging.getLogger(__name__)
 
@@ -122,16 +124,24 @@ def fenced(lease: Lease) -> Iterator[None]:
 
 
 class Heartbeat:
-    """Renews a lease every third of its length from a thread, until stopped.
+    """Renews a lease every third of its length from a thread, until stopped; stops the
+    run's tools when the run is cancelled.
 
     The thread has its own database connection (Django's are per thread) and closes it.
     If a renewal finds the lease gone, ``lost`` is set and the work stops at its next
-    checkpoint (the fence refuses it anyway).
+    checkpoint (the fence refuses it anyway). While a tool call of the run is in flight,
+    it also reads the run's cancel flag every ``CANCEL_POLL_SECONDS``: a cancel stops the
+    tool at once (``tool_processes_stop``), and the run then ends as cancelled at its next
+    checkpoint instead of when the tool would have finished. Entering the heartbeat opens
+    the run's tool scope in the driving thread: the tools it runs are the run's.
     """
+
+    CANCEL_POLL_SECONDS = 0.5
 
     def __init__(self, lease: Lease) -> None:
         self.lease, self.lost = lease, False
         self._stop = threading.Event()
+        self._scope = tool_scope(lease.run_id)
         # In the run's context (contextvars), so its log lines carry the run and trace ids.
         self._thread = threading.Thread(
             target=contextvars.copy_context().run,
@@ -141,25 +151,43 @@ class Heartbeat:
         )
 
     def __enter__(self) -> Heartbeat:
+        self._scope.__enter__()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=lease_seconds())
+        self._scope.__exit__(None, None, None)
 
     def _beat(self) -> None:
+        renew_every = lease_seconds() / 3
+        renew_at = time.monotonic() + renew_every
         try:
-            while not self._stop.wait(lease_seconds() / 3):
+            while not self._stop.wait(min(renew_every, self.CANCEL_POLL_SECONDS)):
                 try:
-                    if not lease_renew(self.lease):
-                        self.lost = True
-                        return
+                    if time.monotonic() >= renew_at:
+                        if not lease_renew(self.lease):
+                            self.lost = True
+                            return
+                        renew_at = time.monotonic() + renew_every
+                    self._stop_tools_if_cancelled()
                 except Exception:  # a busy database: try again next beat
                     logger.warning("Could not renew the lease of run %s", self.lease.run_id)
                     close_old_connections()
         finally:
             connection.close()
+
+    def _stop_tools_if_cancelled(self) -> None:
+        """One indexed read, and only while a tool of the run runs in this process."""
+        run_id = self.lease.run_id
+        if not tool_calls_in_flight(run_id=run_id):
+            return
+        if not Run.objects.filter(pk=run_id, cancel_requested_at__isnull=False).exists():
+            return
+        stopped = tool_processes_stop(run_id=run_id, reason="the run was cancelled")
+        if stopped:
+            logger.info("Run %s was cancelled: %s tool call(s) stopped", run_id, stopped)
 
 
 def runs_to_sweep(*, limit: int = 500) -> list[Any]:

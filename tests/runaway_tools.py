@@ -87,3 +87,43 @@ def gated_patch(root: Path, drafts: Path, args: dict) -> dict:
     with log.open("a") as handle:
         handle.write("done\n")
     return reply
+
+
+def _detached_sleep(marker: str) -> None:
+    """A ``sleep <marker>`` in a session of its own: a process group kill misses it."""
+    subprocess.Popen(
+        ["setsid", "sleep", str(marker)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def leave_setsid(root: Path, drafts: Path, args: dict) -> dict:
+    """Returns at once, leaving a daemon in a new session behind."""
+    _detached_sleep(args["marker"])
+    return {"ok": True, "summary": "left a daemon"}
+
+
+def double_fork(root: Path, drafts: Path, args: dict) -> dict:
+    """The classic daemon: fork, setsid, fork again, the middle one exits; the grandchild
+    is an orphan nobody waits for."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", str(args["marker"])])  # noqa: S606 - a test daemon
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return {"ok": True, "summary": "double-forked"}
+
+
+def linger(root: Path, drafts: Path, args: dict) -> dict:
+    """Leaves a daemon, then waits on a child that ignores SIGTERM, for as long as it runs;
+    writes the pids of both beside the drafts (the tests check that none is left)."""
+    _detached_sleep(args["marker"])
+    child = subprocess.Popen(["sh", "-c", f"trap '' TERM; exec sleep {args['marker']}"])
+    pids = drafts.parent / f"linger-{drafts.name}.pids"
+    pids.write_text(f"{os.getpid()}\n{child.pid}\n")
+    child.wait()
+    return {"ok": True, "summary": "lingered"}

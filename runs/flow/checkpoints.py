@@ -57,12 +57,16 @@ def step_end(step: Step, status: str = "completed", **fields: Any) -> None:
 
 
 def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended | Lost:
-    """The run fails and says why; no request stays pending, no stage running."""
+    """The run fails and says why; no request stays pending, no stage running. A run
+    cancelled meanwhile ends as a cancellation, whatever failed: its tool was stopped by
+    the cancel (``Heartbeat``), so the failure is the cancel's."""
     try:
         with fenced(lease):
             run = Run.objects.get(pk=lease.run_id)
             if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
                 return Ended("failed")
+            if run.cancel_requested_at is not None and not cancelled:
+                reason, cancelled = f"cancelled by {username(run.cancel_requested_by)}", True
             approvals_cancel(run_id=run.pk, reason=reason)
             run_transition(run_id=run.pk, to=run_status.FAILED, failure_reason=reason)
             steps_close(run_id=run.pk, status="cancelled" if cancelled else "failed")

@@ -1,23 +1,44 @@
-"""The child process a tool runs in: one JSON request on stdin, one JSON reply on stdout.
+"""The child process a tool runs in: one JSON request line on stdin, one JSON reply on
+stdout. Imports no Django: the child touches only the workspace.
 
-Started in its own session by ``runs.tools.isolation``, so a timeout kills the whole process
-group, whatever the tool started. Imports no Django: the child touches only the workspace.
+Two processes, so no tool code can undo the cleanup (a tool may ignore SIGTERM, start
+daemons, fork twice):
+
+1. The supervisor (``main``), started by ``runs.tools.isolation``, runs only this module's
+   code. It becomes a child subreaper (``reaper.py``), so every process the tool starts
+   stays its descendant whatever it does, forks the tool process and waits for its reply.
+   It stops when the tool has answered, when the worker sends SIGTERM (the deadline, a
+   cancel) or when its stdin closes (the worker is gone, even killed with -9): in every
+   case it first kills and reaps every descendant, then answers (or not) and exits.
+2. The tool process runs the tool and writes its reply to a pipe; its own stdin and stdout
+   are /dev/null, so nothing a tool prints can pose as the reply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import os
+import selectors
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from policies.core.paths import PathRefused
 
+from . import reaper
 from .builtin import IMPLEMENTATIONS
 from .builtin.common import ToolFailure
 from .child_context import CONSOLE
 from .effects import effects_collect
+
+STOPPED_EXIT = 3  # the supervisor was told to stop: no reply, the worker knows why
+
+
+class _Stop(Exception):
+    """SIGTERM, or the worker went away: collect everything and leave."""
 
 
 def _implementation(name: str):
@@ -50,17 +71,96 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         }
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read())
+def _reply_of(request: dict[str, Any]) -> bytes:
     try:
-        reply = handle(request)
+        return json.dumps(handle(request)).encode()
     except Exception as error:  # a bug in a tool is still a tool error, never a crash
-        reply = {
-            "ok": False,
-            "error": f"internal error: {type(error).__name__}: {error}",
-            "retryable": False,
-        }
-    sys.stdout.write(json.dumps(reply))
+        message = f"internal error: {type(error).__name__}: {error}"
+        return json.dumps({"ok": False, "error": message, "retryable": False}).encode()
+
+
+def _tool_process(request: dict[str, Any], reply_fd: int) -> None:
+    """In the forked tool process; never returns."""
+    code = 1
+    try:
+        reaper.die_with_parent()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        data = memoryview(_reply_of(request))
+        while data:
+            data = data[os.write(reply_fd, data) :]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _await_reply(pid: int, reply_fd: int) -> bytes:
+    """The tool's reply, read as it comes (it may be larger than a pipe holds) until the
+    tool process has ended; raises _Stop if the worker goes away meanwhile."""
+    chunks: list[bytes] = []
+    selector = selectors.DefaultSelector()
+    selector.register(reply_fd, selectors.EVENT_READ)
+    selector.register(0, selectors.EVENT_READ)
+    os.set_blocking(reply_fd, False)
+    while True:
+        for key, _ in selector.select(timeout=0.05):
+            if key.fd == 0:
+                if not os.read(0, 4096):
+                    raise _Stop  # the worker closed our stdin: it is gone
+                continue
+            while chunk := _read_some(reply_fd):
+                chunks.append(chunk)
+            if chunk is None:  # end of the pipe
+                selector.unregister(reply_fd)
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            while chunk := _read_some(reply_fd):  # whatever it wrote before it ended
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+
+def _read_some(fd: int) -> bytes | None:
+    """b"" when nothing is there now, None at the end of the pipe."""
+    try:
+        return os.read(fd, 65536) or None
+    except BlockingIOError:
+        return b""
+    except OSError:
+        return None
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise _Stop
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _on_term)  # first: no descendant exists before this
+    reaper.become_subreaper()
+    reply, code = b"", 1
+    try:
+        request = json.loads(sys.stdin.buffer.readline())
+        reply_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(reply_fd)
+            _tool_process(request, write_fd)
+        os.close(write_fd)
+        reply = _await_reply(pid, reply_fd)
+    except _Stop:
+        reply, code = b"", STOPPED_EXIT
+    else:
+        code = 0 if reply else 1
+    finally:
+        with contextlib.suppress(_Stop):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # now nothing interrupts this
+            reaper.collect_descendants()
+    if reply:
+        sys.stdout.buffer.write(reply)
+        sys.stdout.buffer.flush()
+    elif code == 1:
+        sys.stderr.write("The tool process ended without a reply.\n")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

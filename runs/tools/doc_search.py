@@ -1,13 +1,14 @@
 """searchDocs (SPEC T3): ranked full-text search over a workspace's documents, through a
 real index (SQLite FTS5 or PostgreSQL full-text), refreshed from disk before each search.
 
-Only text documents are indexed (Markdown, reStructuredText, plain text), never ``.git``;
-results the policy would not let the agent read are left out.
+Only regular text documents are indexed (Markdown, reStructuredText, plain text), never
+``.git``; results the policy would not let the agent read are left out. The files are read
+in a tool child under the tool's deadline (``builtin/doc_scan.py``), the index written
+after, outside any file read.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,20 @@ from django.db import connection, transaction
 from policies.models import Workspace
 
 from ..models import DocIndexEntry
+from .isolation import run_isolated
 
-DOC_SUFFIXES = (".md", ".markdown", ".rst", ".txt")
-MAX_DOC_BYTES = 1024 * 1024
 MAX_RESULTS = 20
+SCAN_TIMEOUT_SECONDS = 30.0
 _WORD = re.compile(r"\w+", re.UNICODE)
+SCAN = "runs.tools.builtin.doc_scan:scan_docs"
+
+
+class ScanFailed(Exception):
+    """The files could not be read within the deadline; ``reply`` is the tool error."""
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        super().__init__(reply.get("error", "the scan failed"))
+        self.reply = reply
 
 
 def _title(text: str, path: str) -> str:
@@ -31,46 +41,41 @@ def _title(text: str, path: str) -> str:
     return path
 
 
-def _scan(root: Path) -> dict[str, os.stat_result]:
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames:
-            if name.lower().endswith(DOC_SUFFIXES):
-                full = os.path.join(dirpath, name)
-                stat = os.lstat(full)
-                if os.path.islink(full) or stat.st_size > MAX_DOC_BYTES:
-                    continue
-                found[os.path.relpath(full, root).replace(os.sep, "/")] = stat
-    return found
+def doc_index_refresh(workspace: Workspace, *, timeout: float = SCAN_TIMEOUT_SECONDS) -> int:
+    """Bring the index in line with the disk; returns how many documents changed.
 
-
-def doc_index_refresh(workspace: Workspace) -> int:
-    """Bring the index in line with the disk; returns how many documents changed."""
-    root = Path(workspace.root).resolve()
-    on_disk = _scan(root)
+    1. The files are walked and read in a tool child under ``timeout`` (``doc_scan.py``):
+       a FIFO, a device or a slow disk stops there, and a cancel stops it too.
+    2. Only then, with every byte in hand, one transaction updates the index: no file is
+       read while it holds the database (SQLite's write lock above all).
+    """
     known = {e.path: e for e in DocIndexEntry.objects.filter(workspace=workspace)}
+    reply = run_isolated(
+        impl=SCAN,
+        root=str(Path(workspace.root).resolve()),
+        drafts=str(workspace.drafts_path),
+        args={"known": {p: [e.mtime_ns, e.size] for p, e in known.items()}},
+        timeout=timeout,
+    )
+    if not reply.get("ok"):
+        raise ScanFailed(reply)
+    present, texts = reply["present"], reply["texts"]
+    keep = set(present) | set(reply.get("deferred", []))
     changed = 0
     with transaction.atomic():
         for path, entry in known.items():
-            if path not in on_disk:
+            if path not in keep:
                 _fts_delete(entry.pk)
                 entry.delete()
                 changed += 1
-        for path, stat in on_disk.items():
+        for path, text in texts.items():
             indexed = known.get(path)
-            if indexed and (indexed.mtime_ns, indexed.size) == (stat.st_mtime_ns, stat.st_size):
-                continue
-            try:
-                text = (root / path).read_text("utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue
             if indexed is None:
                 indexed = DocIndexEntry(workspace=workspace, path=path)
             else:
                 _fts_delete(indexed.pk)
             indexed.title, indexed.content = _title(text, path), text
-            indexed.mtime_ns, indexed.size = stat.st_mtime_ns, stat.st_size
+            indexed.mtime_ns, indexed.size = present[path]
             indexed.save()
             _fts_insert(indexed)
             changed += 1
@@ -138,13 +143,22 @@ def _search_postgresql(workspace: Workspace, words: list[str], joiner: str) -> l
     ]
 
 
-def search_docs(workspace: Workspace, query: str, *, readable: Any = None) -> dict[str, Any]:
+def search_docs(
+    workspace: Workspace,
+    query: str,
+    *,
+    readable: Any = None,
+    timeout: float = SCAN_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
     """All words first (AND); if nothing matches, any word (OR). ``readable(path)`` filters
-    out documents the caller may not read."""
+    out documents the caller may not read; ``timeout`` bounds reading the files."""
     words = [w.lower() for w in _WORD.findall(query)][:20]
     if not words:
         return {"ok": False, "error": "The query has no words to search for."}
-    doc_index_refresh(workspace)
+    try:
+        doc_index_refresh(workspace, timeout=timeout)
+    except ScanFailed as failed:
+        return failed.reply
     search = _search_sqlite if connection.vendor == "sqlite" else _search_postgresql
     results = search(workspace, words, " ") or search(workspace, words, " OR ")
     if readable is not None:

@@ -1,7 +1,9 @@
-"""Running an allowed tool call (SPEC T6, T8): a built-in or custom tool in a child process
-under its timeout, its whole process group killed at the deadline, retried with backoff
-only for failures the tool marks retryable; searchDocs in the console's process (it reads
-the database's index, bounded by its own limit)."""
+"""Running an allowed tool call (SPEC T6, T8): every tool's file and process work happens
+in a tool child under the call's deadline (``isolation.py``: stopped at it, every
+descendant collected), retried with backoff only for failures the tool marks retryable.
+searchDocs is the one tool with a console half: its files are read in a child under the
+same deadline, then the index is written and searched here, with no file read inside the
+database transaction (``doc_search.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from policies.core.permissions import Call, Grant, Policy, decide
 from policies.models import ToolDefinition, Workspace
 
 from .child_context import policy_to_context
-from .doc_search import search_docs
+from .doc_search import SCAN_TIMEOUT_SECONDS, search_docs
 from .isolation import run_isolated
 
 BACKOFF_SECONDS = 0.2
@@ -54,7 +56,8 @@ def execute(
 ) -> tuple[dict[str, Any], int]:
     """(the tool's reply, how many attempts it took)."""
     if tool in IN_PROCESS:
-        return IN_PROCESS[tool](workspace, arguments, policy, grants), 1
+        timeout = float(definition.timeout_sec)
+        return IN_PROCESS[tool](workspace, arguments, policy, grants, timeout=timeout), 1
     return _isolated(definition, workspace, str(drafts), arguments, context)
 
 
@@ -82,15 +85,22 @@ def _isolated(
 
 
 def _search_docs(
-    workspace: Workspace, arguments: dict[str, Any], policy: Policy, grants: Sequence[Grant]
+    workspace: Workspace,
+    arguments: dict[str, Any],
+    policy: Policy,
+    grants: Sequence[Grant],
+    *,
+    timeout: float = SCAN_TIMEOUT_SECONDS,
 ) -> dict[str, Any]:
-    """Runs in the console's process: it reads the database's index, bounded by its limit."""
+    """The files are read in a child under the tool's timeout; the index is the console's."""
 
     def readable(path: str) -> bool:
         call = Call("readSource", "L1", "none", path)
         return decide(policy, call, grants).decision != "deny"
 
-    return search_docs(workspace, arguments["query"], readable=readable)
+    return search_docs(workspace, arguments["query"], readable=readable, timeout=timeout)
 
 
+# Tools with a half in the console's process (the database); their files are still read
+# in a child under the deadline.
 IN_PROCESS = {"searchDocs": _search_docs}

@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import anyio
@@ -29,6 +30,7 @@ from policies.paths import resolve_in_root, tree_entries
 
 from ..core.intake.boundaries import side_effect_outside
 from .decide import Allowed, NeedsApproval, Refused
+from .isolation import Stopped, stopped_reply, tool_in_flight, until_stopped
 
 
 async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
@@ -154,9 +156,13 @@ def mcp_call(
     """The call through the SDK, under the server's timeout; a failure is a tool error, and
     the reply keeps a request id for the call (SPEC T11)."""
     server_name, tool = split_name(definition.name)
-    try:
-        started_in = server_root(server, workspace.root)  # relative paths land where checked
-        result = anyio.run(_call, server, tool, arguments, started_in)
+    started_in = server_root(server, workspace.root)  # relative paths land where checked
+    work = partial(_call, server, tool, arguments, started_in)
+    try:  # registered in flight, so a cancel of the run stops it (``isolation.py``)
+        with tool_in_flight() as flight:
+            result = anyio.run(until_stopped, flight, work)
+    except Stopped as stopped:
+        return stopped_reply(str(stopped))
     except TimeoutError:
         return {
             "ok": False,

@@ -1,6 +1,6 @@
-"""What every built-in tool shares: the failure the model sees, bounded byte reads that
-never follow a link swapped in late, and paths resolved again at the moment of use (SPEC
-T3, T5, R8). Writes are described, not made: ``runs.tools.effects``."""
+"""What every built-in tool shares: the failure the model sees, bounded reads of regular
+files only that never follow a link swapped in late, and paths resolved again at the
+moment of use (SPEC T3, T5, T6, R8). Writes are described, not made: ``runs.tools.effects``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.paths import WorkspacePath, resolve_in_workspace
+from policies.regular_files import FileTooLarge, NotRegularFile, read_regular
 
 from ..child_context import console
 
@@ -35,18 +36,19 @@ def b64(data: bytes | None) -> str | None:
 
 
 def read_bounded(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes | None:
-    """The file's bytes, never following a last-moment link, never more than ``limit``."""
+    """The file's bytes (None if there is none), for every tool's read: a regular file
+    only (a FIFO, a device, a socket or a last-moment link is refused, never opened for a
+    blocking read), never more than ``limit`` (``policies.regular_files``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        return read_regular(path, limit)
     except FileNotFoundError:
         return None
+    except FileTooLarge:
+        raise ToolFailure(f"{path.name} is over {limit} bytes: too large for this tool.") from None
+    except NotRegularFile as error:
+        raise ToolFailure(str(error)) from None
     except OSError as error:
         raise ToolFailure(f"{path.name} cannot be opened ({error.strerror}).") from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ToolFailure(f"{path.name} is over {limit} bytes: too large for this tool.")
-    return data
 
 
 def resolve_at_use(root: Path, args: dict, key: str) -> WorkspacePath:

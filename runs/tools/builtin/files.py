@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,9 @@ from .common import (
 
 def read_source(root: Path, drafts: Path, args: dict) -> Output:
     resolved = resolve_at_use(root, args, "path")
-    if not resolved.absolute.is_file():
+    data = read_bounded(resolved.absolute, MAX_READ_BYTES)
+    if data is None:
         raise ToolFailure(f"{resolved.relative} is not a file in the workspace.")
-    data = read_bounded(resolved.absolute, MAX_READ_BYTES) or b""
     content = utf8_text(data, resolved.relative)
     return {
         "ok": True,
@@ -85,11 +86,15 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
     within = args.get("glob", "**")
     flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
     hits: list[dict[str, Any]] = []
+    skipped: list[str] = []
     candidates = [p for p in _walk_files(root) if wcglob.globmatch(p, within, flags=flags)]
     for relative in permitted(candidates):
         try:
             text = (read_bounded(root / relative, MAX_READ_BYTES) or b"").decode("utf-8")
-        except (UnicodeDecodeError, ToolFailure):
+        except UnicodeDecodeError:
+            continue
+        except ToolFailure as refused:  # a FIFO, a device, a huge file: never read
+            skipped.append(f"{relative}: {refused}")
             continue
         for number, line in enumerate(text.splitlines(), start=1):
             if regex.search(line):
@@ -99,16 +104,21 @@ def grep_files(root: Path, drafts: Path, args: dict) -> Output:
                         "ok": True,
                         "matches": hits,
                         "summary": f"{len(hits)} matches.",
-                        "warnings": [f"Stopped at {MAX_MATCHES} matches."],
+                        "warnings": [f"Stopped at {MAX_MATCHES} matches.", *skipped[:20]],
                     }
-    return {"ok": True, "matches": hits, "summary": f"{len(hits)} matches.", "warnings": []}
+    return {
+        "ok": True,
+        "matches": hits,
+        "summary": f"{len(hits)} matches.",
+        "warnings": skipped[:20],
+    }
 
 
 def create_draft(root: Path, drafts: Path, args: dict) -> Output:
     resolved = resolve_at_use(root, args, "path")
     draft_path(drafts, resolved.relative)  # refuses a draft path leading elsewhere
+    formal = read_bounded(resolved.absolute)  # first: a FIFO or a device gets no draft
     effect_write("drafts", resolved.relative, args["content"].encode("utf-8"))
-    formal = read_bounded(resolved.absolute)
     diff = file_diff(formal, args["content"].encode(), resolved.relative)
     return {
         "ok": True,
@@ -249,6 +259,14 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
     }
 
 
+def _regular(path: Path) -> bool:
+    """Publish copies regular files only: a FIFO or a device would hang or flood the copy."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def publish(root: Path, drafts: Path, args: dict) -> Output:
     """Copy the workspace (not .git, not links) to its publish folder. A production change:
     the policy never lets it run without a person."""
@@ -259,7 +277,7 @@ def publish(root: Path, drafts: Path, args: dict) -> Output:
     if destination.resolve().is_relative_to(root.resolve()):
         raise ToolFailure("The publish folder cannot be inside the workspace.")
     # A person approved the publish as a whole; files the policy denies (secrets) never go.
-    files = permitted(_walk_files(root), need="not_deny")
+    files = [f for f in permitted(_walk_files(root), need="not_deny") if _regular(root / f)]
     for relative in files:
         source = root / relative
         (destination / relative).parent.mkdir(parents=True, exist_ok=True)

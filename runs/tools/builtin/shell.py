@@ -22,6 +22,7 @@ from .common import Output, ToolFailure
 
 BWRAP = "bwrap"
 MAX_OUTPUT = 1_000_000
+OUTPUT_GRACE_SECONDS = 0.5  # after the command exits, for the rest of its output
 
 
 # What a command needs to run, read-only; nothing else of the machine is mounted (no /var,
@@ -121,14 +122,16 @@ def run_capped(
             dropped[0] += max(0, len(chunk) - max(0, room))
 
     readers = [
-        threading.Thread(target=drain, args=(process.stdout, "out")),
-        threading.Thread(target=drain, args=(process.stderr, "err")),
+        threading.Thread(target=drain, args=(process.stdout, "out"), daemon=True),
+        threading.Thread(target=drain, args=(process.stderr, "err"), daemon=True),
     ]
     for reader in readers:
         reader.start()
     returncode = process.wait()
     for reader in readers:
-        reader.join()
+        # A process left in the background keeps the pipes open: the call still ends when
+        # the command does, and the tool's supervisor collects what it left running.
+        reader.join(timeout=OUTPUT_GRACE_SECONDS)
     return returncode, bytes(kept["out"]), bytes(kept["err"]), dropped[0]
 
 
@@ -148,7 +151,8 @@ def run_shell(root: Path, drafts: Path, args: dict[str, Any]) -> Output:
             "bubblewrap is not installed, so the shell refuses to run; an admin "
             "may allow unsandboxed execution for this workspace."
         )
-    # The caller's timeout kills this whole process group, sandbox included.
+    # The caller's deadline stops this whole call, sandbox included, and every process the
+    # command left behind is collected when it returns (``runs.tools.child``).
     returncode, out, err, dropped = run_capped(argv, cwd=root, env=env)
     stdout = out.decode("utf-8", "replace")
     stderr = err.decode("utf-8", "replace")

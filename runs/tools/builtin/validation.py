@@ -14,7 +14,15 @@ import yaml
 from policies.core.paths import PathRefused
 from policies.paths import resolve_in_workspace
 
-from .common import Output, ToolFailure, draft_path, resolve_at_use, utf8_text
+from .common import (
+    MAX_READ_BYTES,
+    Output,
+    ToolFailure,
+    draft_path,
+    read_bounded,
+    resolve_at_use,
+    utf8_text,
+)
 
 Problem = dict[str, Any]
 Validator = Callable[[str, str, Path], list[Problem]]
@@ -98,11 +106,12 @@ def _links(text: str, path: str, root: Path) -> list[Problem]:
 
 def run_validation(root: Path, drafts: Path, args: dict) -> Output:
     resolved = resolve_at_use(root, args, "path")
-    draft = draft_path(drafts, resolved.relative)
-    source = draft if draft.is_file() else resolved.absolute
-    if not source.is_file():
+    which, data = "draft", read_bounded(draft_path(drafts, resolved.relative), MAX_READ_BYTES)
+    if data is None:
+        which, data = "file", read_bounded(resolved.absolute, MAX_READ_BYTES)
+    if data is None:
         raise ToolFailure(f"{resolved.relative} has neither a draft nor a file to validate.")
-    text = utf8_text(source.read_bytes(), resolved.relative)
+    text = utf8_text(data, resolved.relative)
     validators = VALIDATORS.get(Path(resolved.relative).suffix.lower(), [])
     if not validators:
         raise ToolFailure(
@@ -114,7 +123,6 @@ def run_validation(root: Path, drafts: Path, args: dict) -> Output:
         for name, validator in validators
         for problem in validator(text, resolved.relative, root)
     ]
-    which = "draft" if source == draft else "file"
     return {
         "ok": True,
         "path": resolved.relative,
