@@ -128,8 +128,9 @@ class Heartbeat:
     run's tools when the run is cancelled.
 
     The thread has its own database connection (Django's are per thread) and closes it.
-    If a renewal finds the lease gone, ``lost`` is set and the work stops at its next
-    checkpoint (the fence refuses it anyway). While a tool call of the run is in flight,
+    If a renewal finds the lease gone, or none succeeded for a whole lease, ``lost`` is set,
+    the run's tools in this process are stopped, and the work stops at its next checkpoint
+    (the fence refuses it anyway). While a tool call of the run is in flight,
     it also reads the run's cancel flag every ``CANCEL_POLL_SECONDS``: a cancel stops the
     tool at once (``tool_processes_stop``), and the run then ends as cancelled at its next
     checkpoint instead of when the tool would have finished. Entering the heartbeat opens
@@ -162,21 +163,37 @@ class Heartbeat:
 
     def _beat(self) -> None:
         renew_every = lease_seconds() / 3
-        renew_at = time.monotonic() + renew_every
+        renewed = time.monotonic()
         try:
             while not self._stop.wait(min(renew_every, self.CANCEL_POLL_SECONDS)):
                 try:
-                    if time.monotonic() >= renew_at:
+                    if time.monotonic() >= renewed + renew_every:
                         if not lease_renew(self.lease):
-                            self.lost = True
-                            return
-                        renew_at = time.monotonic() + renew_every
+                            return self._lost("another worker holds the run now")
+                        renewed = time.monotonic()
                     self._stop_tools_if_cancelled()
-                except Exception:  # a busy database: try again next beat
+                except Exception:  # a busy database: try again next beat, while it lasts
                     logger.warning("Could not renew the lease of run %s", self.lease.run_id)
                     close_old_connections()
+                    if time.monotonic() >= renewed + lease_seconds():
+                        return self._lost("its lease could not be renewed before it expired")
         finally:
             connection.close()
+
+    def _lost(self, why: str) -> None:
+        """The run may be another worker's now: its tools in this process stop at once, so
+        nothing this worker started goes on beside the new holder (their effects could
+        not land anyway: the fence refuses them)."""
+        self.lost = True
+        stopped = tool_processes_stop(
+            run_id=self.lease.run_id, reason=f"this worker lost the run: {why}"
+        )
+        logger.warning(
+            "Lost the lease of run %s (%s); %s tool call(s) stopped",
+            self.lease.run_id,
+            why,
+            stopped,
+        )
 
     def _stop_tools_if_cancelled(self) -> None:
         """One indexed read, and only while a tool of the run runs in this process."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from functools import partial
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from policies.core.default_policy import DEFAULT_POLICY
@@ -294,3 +296,49 @@ def test_no_kind_of_tool_call_records_or_changes_anything_once_the_lease_is_lost
         assert not WriteRecord.objects.filter(tool_call=record).exists()
     if not tool.startswith("mcp:"):  # an MCP server's own writes are its own (see the note)
         assert files(run) == before
+
+
+def test_a_worker_that_cannot_renew_its_lease_stops_its_tool_children(leased):
+    """The heartbeat finds the run taken over while a slow tool runs: the tool is stopped
+    at once (it does not run on beside the new holder), and the call meets the fence."""
+    from runs.leases import Heartbeat
+
+    run, lease = leased
+    ToolDefinition.objects.create(
+        name="slowRead",
+        description="Reads slowly (tests).",
+        input_schema={"type": "object", "properties": {"path": {"type": "string"}}},
+        permission_level="L1",
+        side_effect="none",
+        implementation="tests.runaway_tools:slow_read",
+        timeout_sec=120,
+    )
+    log = run.workspace.drafts_path / f"slow-read-{run.pk}.log"
+
+    def take_over_once_started() -> None:
+        try:
+            for _ in range(600):
+                if log.exists() and "start" in log.read_text():
+                    lease_taken_over(run)
+                    return
+                threading.Event().wait(0.05)
+        finally:
+            connections.close_all()
+
+    thief = threading.Thread(target=take_over_once_started)
+    thief.start()
+    with pytest.raises(LeaseLost), Heartbeat(lease) as beat:
+        tool_call_run(
+            workspace=run.workspace,
+            tool="slowRead",
+            arguments={"path": "docs/guide.md", "seconds": 100},
+            policy=OPEN,
+            run=run,
+            tool_use_id="toolu_slow",
+            fence=partial(fenced, lease),
+        )
+    thief.join(10)
+    assert beat.lost
+    assert "done" not in log.read_text()  # stopped, not finished
+    record = ToolCall.objects.get(run=run, tool_use_id="toolu_slow")
+    assert record.status == "running"  # its stopped reply never reached the record
