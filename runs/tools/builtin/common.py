@@ -5,7 +5,6 @@ moment of use (SPEC T3, T5, T6, R8). Writes are described, not made: ``runs.tool
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 from typing import Any
 
