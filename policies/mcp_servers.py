@@ -7,12 +7,14 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from harness_console import mcp_supervisor
 from harness_console.child_env import scrubbed_env
 
 from .core.mcp_reach import reach_from_schema, root_from_args
@@ -31,10 +33,21 @@ def split_name(name: str) -> tuple[str, str]:
     return server, tool
 
 
+SUPERVISOR = str(Path(mcp_supervisor.__file__).resolve())
+
+
 def server_parameters(server: McpServer, cwd: str | None) -> StdioServerParameters:
+    """How a server is started, for a call and for discovery alike: its command under the
+    supervisor (``harness_console/mcp_supervisor.py``), so that whatever it leaves running
+    ends with it, in a scrubbed environment."""
     env = scrubbed_env()
     env.pop("PYTHONPATH", None)
-    return StdioServerParameters(command=server.command, args=list(server.args), env=env, cwd=cwd)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[SUPERVISOR, server.command, *[str(arg) for arg in server.args]],
+        env=env,
+        cwd=cwd,
+    )
 
 
 def errlog() -> TextIO:

@@ -4,6 +4,7 @@
 - ``mcp_server.py fs DIR``: a filesystem-like server bound to DIR, as the official one is:
   relative paths land in DIR, absolute ones are taken as they are, links are followed, and
   it knows nothing of forbidden paths (the console's job).
+- ``mcp_server.py linger``: a server whose tool leaves a ``setsid`` daemon behind.
 - ``mcp_server.py git --repository DIR``: a git-like server on the repository DIR, whose
   content tools take revisions (``HEAD:.env``) and run the real ``git``.
 
@@ -152,9 +153,29 @@ def git_server(repository: Path) -> MCPServer:
     return server
 
 
+def lingering_server() -> MCPServer:
+    """A server whose tool leaves a daemon in a session of its own behind: ``sleep N``."""
+    server = MCPServer("lingering")
+
+    @server.tool(annotations=READS)
+    def leave_daemon(seconds: int) -> str:
+        """Start a background sleep that outlives this call."""
+        subprocess.Popen(
+            ["setsid", "sleep", str(seconds)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return "left a daemon"
+
+    return server
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["fs"]:
         fs_server(Path(argv[1])).run()
+    elif argv[:1] == ["linger"]:
+        lingering_server().run()
     elif argv[:1] == ["git"]:
         git_server(Path(argv[argv.index("--repository") + 1])).run()
     else:

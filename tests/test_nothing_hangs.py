@@ -280,6 +280,38 @@ def test_a_custom_tool_stopped_at_its_deadline_leaves_no_descendant(
     assert gone(marker)
 
 
+@pytest.mark.django_db
+def test_an_mcp_server_leaves_no_descendant_when_its_call_returns(workspace):
+    """A server's tool leaves a ``setsid`` daemon: the server runs under a supervisor that
+    collects everything it started once it ends (before: the daemon outlived the call)."""
+    import sys
+
+    from policies.mcp_servers import mcp_discover
+    from policies.models import McpServer
+
+    server = McpServer.objects.create(
+        name="lingering",
+        command=sys.executable,
+        args=[str(Path(__file__).parent / "mcp_server.py"), "linger"],
+        allowed_tools=["leave_daemon"],
+        allowed_paths=["**"],
+        forbidden_paths=[],
+        rate_limit_per_minute=0,
+    )
+    mcp_discover(server)
+    marker = a_marker()
+    record = bounded(
+        lambda: tool_call_run(
+            workspace=workspace,
+            tool="mcp:lingering:leave_daemon",
+            arguments={"seconds": int(marker)},
+            policy=OPEN,
+        )
+    )
+    assert record.status == "ok", record.error
+    assert gone(marker)
+
+
 SHELL_LEAVERS = {
     "setsid": "setsid sleep {m} > /dev/null 2>&1 &",
     "setsid keeping the output": "setsid sleep {m} &",

@@ -5,8 +5,9 @@ Two processes, so no tool code can undo the cleanup (a tool may ignore SIGTERM, 
 daemons, fork twice):
 
 1. The supervisor (``main``), started by ``runs.tools.isolation``, runs only this module's
-   code. It becomes a child subreaper (``reaper.py``), so every process the tool starts
-   stays its descendant whatever it does, forks the tool process and waits for its reply.
+   code. It becomes a child subreaper (``harness_console/reaper.py``), so every process the
+   tool starts stays its descendant whatever it does, forks the tool process and waits for
+   its reply.
    It stops when the tool has answered, when the worker sends SIGTERM (the deadline, a
    cancel) or when its stdin closes (the worker is gone, even killed with -9): in every
    case it first kills and reaps every descendant, then answers (or not) and exits.
@@ -26,9 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness_console import reaper
 from policies.core.paths import PathRefused
 
-from . import reaper
 from .builtin import IMPLEMENTATIONS
 from .builtin.common import ToolFailure
 from .child_context import CONSOLE
