@@ -280,6 +280,21 @@ def test_a_custom_tool_stopped_at_its_deadline_leaves_no_descendant(
     assert gone(marker)
 
 
+def test_the_journal_and_recovery_never_block_on_what_is_not_a_regular_file(tmp_path):
+    """The pre-images a write's journal keeps (and recovery compares) are read through the
+    one reader: a FIFO or a device in a file's place is no file, a huge one is too large."""
+    from runs.tools.journal import image
+
+    os.mkfifo(tmp_path / "pipe.md")
+    os.symlink("/dev/zero", tmp_path / "zero.md")
+    with open(tmp_path / "huge.md", "wb") as handle:
+        handle.truncate(6 * 1024**3)
+    assert bounded(lambda: image(tmp_path / "pipe.md")) is None
+    assert bounded(lambda: image(tmp_path / "zero.md")) is None
+    assert bounded(lambda: image(tmp_path / "huge.md")) == "too-large"
+    assert image(tmp_path / "missing.md") is None
+
+
 @pytest.mark.django_db
 def test_an_mcp_server_leaves_no_descendant_when_its_call_returns(workspace):
     """A server's tool leaves a ``setsid`` daemon: the server runs under a supervisor that

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 
 from policies.core.tool_specs import FILE_WRITE_TOOLS
 from policies.models import ToolDefinition, Workspace
+from policies.regular_files import FileTooLarge, NotRegularFile, read_regular
 
 from ..models import ToolCall
 from .decide import side_effect
@@ -63,12 +64,15 @@ def recoverable(definition: ToolDefinition) -> bool:
 
 
 def image(path: Any) -> str | None:
+    """A file's bytes as the journal keeps them: None where no regular file is, "too-large"
+    past the limit (refused from its size), "unreadable" otherwise. Read through the one
+    reader of regular files, so a FIFO or a device put in a file's place never blocks it."""
     try:
-        if not path.is_file():
-            return None
-        if path.stat().st_size > MAX_PRE_IMAGE_BYTES:
-            return "too-large"
-        return base64.b64encode(path.read_bytes()).decode()
+        return base64.b64encode(read_regular(path, MAX_PRE_IMAGE_BYTES)).decode()
+    except (FileNotFoundError, NotADirectoryError, NotRegularFile):
+        return None
+    except FileTooLarge:
+        return "too-large"
     except OSError:
         return "unreadable"
 

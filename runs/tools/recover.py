@@ -15,6 +15,10 @@ from .journal import image, image_decode, recoverable
 from .record import tool_call_record
 
 
+def image_of(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
 def tool_call_recover(*, record: ToolCall) -> str:
     """A call found running after its worker died: did it take effect?
 
@@ -53,8 +57,8 @@ def tool_call_recover(*, record: ToolCall) -> str:
     writes = [
         {
             "path": path,
-            "before": None if before is None else base64.b64encode(before).decode(),
-            "after": None if after is None else base64.b64encode(after).decode(),
+            "before": image_of(before),
+            "after": image_of(after),
         }
         for path, before, after in changed
         if path
@@ -62,7 +66,7 @@ def tool_call_recover(*, record: ToolCall) -> str:
     if definition.implementation == "commitDraft" or record.tool == "commitDraft":
         for path, _, after in changed:
             draft = drafts / path
-            if path and draft.is_file() and draft.read_bytes() == after:
+            if path and after is not None and image(draft) == image_of(after):
                 draft.unlink()  # the commit wrote the file but died before removing its draft
     tool_call_record(
         record,
