@@ -429,11 +429,14 @@ def test_a_worker_frozen_past_its_lease_mid_write_changes_nothing_when_it_wakes(
     os.kill(frozen, signal.SIGSTOP)  # the pool process: its heartbeat stops with it
     try:
         run = wait_for(run.pk, "waiting_for_approval", *TERMINAL, timeout=90)
+        # The frozen worker's tool (its own process, not frozen) makes its patch now, after
+        # the other worker made it: its reply waits for the worker to wake.
+        gate.touch()
+        wait_until(lambda: "done" in log.read_text(), timeout=30, what="the frozen one's tool")
     finally:
         gate.touch()
         os.kill(frozen, signal.SIGCONT)
     assert run.status == "waiting_for_approval", run.failure_reason
-    wait_until(lambda: "done" in log.read_text(), timeout=30, what="the woken tool")
     wait_until(
         lambda: f"Stopping: Run {run.pk} is now leased" in stack.log("worker"),
         timeout=30,
