@@ -8,12 +8,13 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from policies.core.permissions import Rule
+from policies.core.permissions import Rule, SideEffect
 from policies.core.tool_specs import BUILTIN_TOOLS, FILE_WRITE_TOOLS
 from policies.permissions import policy_for_agent
 
 from ..core import status as run_status
 from ..core.intake import StructuredTask, intake
+from ..core.intake.boundaries import side_effect_outside
 from ..events import run_event_append
 from ..leases import fenced
 from ..lifecycle import run_transition
@@ -118,14 +119,18 @@ def _write_glob(pattern: str) -> Callable[[str | None], bool]:
 
 def boundary_check(run: Run) -> BoundaryCheck:
     """The task's boundaries as a check every tool call of the run passes: the built-in
-    tools its intent may use, and the files it may change."""
-    bounds = (run.task or {}).get("boundaries") or {}
+    tools its intent may use (by what a tool runs, not its name: ``decide.builtin_of``),
+    the files it may change; a custom tool is held, like an MCP tool, by its side effect."""
+    task = run.task or {}
+    bounds = task.get("boundaries") or {}
     tools = set(bounds.get("tools") or ())
     writes = tuple(bounds.get("write_paths") or ())
     intent = (run.task or {}).get("intent", "unknown")
 
-    def check(tool: str, paths: list[str]) -> str | None:
-        if tool in BUILTIN_TOOLS and tool not in tools:
+    def check(tool: str, paths: list[str], effect: SideEffect) -> str | None:
+        if tool not in BUILTIN_TOOLS:
+            return side_effect_outside(task, tool, effect, paths)
+        if tool not in tools:
             return (
                 f"{tool} is outside this task's boundaries: a {intent} task may use "
                 f"{', '.join(sorted(tools)) or 'no tools'}"

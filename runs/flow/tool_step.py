@@ -26,6 +26,7 @@ from ..leases import LeaseLost, fenced
 from ..lifecycle import run_transition
 from ..models import Run, ToolCall
 from ..tools.call import tool_call_run
+from ..tools.decide import builtin_of, tool_definition
 from ..tools.journal import ToolCallStarted
 from ..tools.record import tool_output
 from .approval import approval_holds, edited_note
@@ -144,19 +145,29 @@ def _approval_for(
     return approval if approval_holds(driver, run, approval, policy_version) else None
 
 
+def _runs_as(tool: str) -> str:
+    """The built-in a call runs (a custom tool may run deleteFile under another name)."""
+    definition = tool_definition(tool)
+    try:
+        return (builtin_of(definition) if definition is not None else None) or tool
+    except ValueError:
+        return tool
+
+
 def _preflight(run: Run, record: ToolCall) -> str:
     """What would make the call fail anyway, checked before an approver is asked."""
     root, drafts = run.workspace.root_path, run.workspace.drafts_path / str(run.pk)
     arguments = record.arguments
-    if record.tool == "deleteFile" and not (root / record.path).is_file():
+    runs_as = _runs_as(record.tool)
+    if runs_as == "deleteFile" and not (root / record.path).is_file():
         return f"{record.path} is not a file in the workspace; there is nothing to delete."
-    if record.tool == "renameFile":
+    if runs_as == "renameFile":
         source, target = str(arguments.get("source", "")), str(arguments.get("target", ""))
         if not (root / source).is_file():
             return f"{source} is not a file in the workspace; there is nothing to rename."
         if (root / target).exists():
             return f"{target} exists already; renaming never overwrites."
-    if record.tool == "commitDraft" and not (drafts / record.path).is_file():
+    if runs_as == "commitDraft" and not (drafts / record.path).is_file():
         return f"There is no draft of {record.path} to commit."
     return ""
 
@@ -186,7 +197,8 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
             summary=f"{tool} {', '.join(paths)}".strip(),
             rule=record.rule,
             reason=record.reason,
-            strong_confirmation=record.decision == "ask_strong" or tool in STRONG_CONFIRMATION,
+            strong_confirmation=record.decision == "ask_strong"
+            or _runs_as(tool) in STRONG_CONFIRMATION,
         )
         run_fields_write(run, loop={**data, "state": loop.state_to_json(new_state)})
         run_transition(

@@ -39,7 +39,10 @@ from policies.models import ToolDefinition, Workspace
 from policies.paths import resolve_in_workspace
 from policies.permissions import PATH_ARGUMENTS
 
-BoundaryCheck = Callable[[str, list[str]], str | None]
+from .builtin import IMPLEMENTATIONS
+
+# (the built-in a call runs, or a custom tool's name; its paths; its side effect)
+BoundaryCheck = Callable[[str, list[str], SideEffect], str | None]
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,16 @@ def builtin_decide(
     except PathRefused as error:
         return Refused(str(error))
     first = (paths[0] if paths else "")[:1024]
-    shell = is_shell(definition)
-    if boundary is not None and (outside := boundary(SHELL_TOOL if shell else tool, paths)):
+    try:
+        runs_as = builtin_of(definition)
+    except ValueError as error:
+        return Refused(f"deny: {error}", "deny", "implementation", first)
+    shell = runs_as == SHELL_TOOL
+    effect = side_effect(definition)
+    if boundary is not None and (outside := boundary(runs_as or tool, paths, effect)):
         return Refused(f"deny: {outside}", "deny", "task-boundary", first)
     verdict = decide_paths(
-        policy, tool, level_of(definition.permission_level), side_effect(definition), paths, grants
+        policy, tool, level_of(definition.permission_level), effect, paths, grants
     )
     if shell and boundary is not None:
         verdict = shell_asks(verdict)
@@ -140,9 +148,36 @@ def builtin_decide(
     return Allowed("allow", rule, verdict.reason, tuple(paths), verdict.human_only)
 
 
+def builtin_of(definition: ToolDefinition) -> str | None:
+    """The built-in tool a definition runs, whatever it is called: its own name, or a custom
+    tool's ``implementation`` naming a built-in (``deleteFile``) or a built-in's function
+    (``runs.tools.builtin.files:delete_file``). The boundaries, the shell's typed approval
+    and the journal go by this, never by the name an admin gave. None for a custom tool of
+    its own; ValueError for one that names any other part of the console's own code."""
+    implementation = definition.implementation or definition.name
+    if implementation in BUILTIN_TOOLS or implementation in IMPLEMENTATIONS:
+        return implementation
+    module, _, function = implementation.partition(":")
+    for name, builtin in IMPLEMENTATIONS.items():
+        if (builtin.__module__, builtin.__name__) == (module, function):
+            return name
+    if module.split(".")[0] in CONSOLE_PACKAGES:
+        raise ValueError(
+            f"{definition.name} runs {implementation}, a part of the console itself, not a "
+            "tool: an admin gives it a built-in's name or a module of its own"
+        )
+    return None
+
+
+CONSOLE_PACKAGES = frozenset({"runs", "approvals", "policies", "evals", "harness_console"})
+
+
 def is_shell(definition: ToolDefinition) -> bool:
     """The raw shell, under its own name or a custom tool's (``implementation``)."""
-    return (definition.implementation or definition.name) == SHELL_TOOL
+    try:
+        return builtin_of(definition) == SHELL_TOOL
+    except ValueError:
+        return False
 
 
 def shell_asks(verdict: Verdict) -> Verdict:
@@ -159,7 +194,10 @@ def shell_asks(verdict: Verdict) -> Verdict:
 def side_effect(definition: ToolDefinition) -> SideEffect:
     """A built-in tool's own side effect cannot be weakened in the registry: publishing is a
     production change whatever an admin typed, so it always needs a person."""
-    spec = BUILTIN_TOOLS.get(definition.implementation or definition.name)
+    try:
+        spec = BUILTIN_TOOLS.get(builtin_of(definition) or "")
+    except ValueError:  # refused before it runs; as strict as can be meanwhile
+        return "production_change"
     if spec is not None and spec.side_effect == "production_change":
         return "production_change"
     return side_effect_of(definition.side_effect)

@@ -19,7 +19,7 @@ from policies.models import ToolDefinition, Workspace
 from policies.regular_files import FileTooLarge, NotRegularFile, read_regular
 
 from ..models import ToolCall
-from .decide import side_effect
+from .decide import builtin_of, side_effect
 
 MAX_PRE_IMAGE_BYTES = 4 * 1024 * 1024
 
@@ -60,7 +60,11 @@ def journal_open(
 
 
 def recoverable(definition: ToolDefinition) -> bool:
-    return (definition.implementation or definition.name) in FILE_WRITE_TOOLS
+    """A built-in file tool (under any name): its writes can be checked afterwards."""
+    try:
+        return builtin_of(definition) in FILE_WRITE_TOOLS
+    except ValueError:
+        return False
 
 
 def image(path: Any) -> str | None:
