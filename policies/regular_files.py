@@ -7,6 +7,11 @@ reader. So the file is opened with ``O_NONBLOCK`` (an open of a FIFO returns at 
 ``O_NOFOLLOW``, and what was opened — not what the name led to a moment before — is checked
 with ``fstat``: only a regular file is read, and only up to the limit. Every tool and every
 harness read of a workspace file (instruction files, fingerprints) passes here.
+
+A file with more than one name (hard links) is refused too: rules and forbidden paths judge
+names, and a second name for ``secrets/key.txt`` under ``docs/`` would read the secret
+under a name the policy allows. Which other names it has cannot be known without walking
+the whole disk, so no name of it is read.
 """
 
 from __future__ import annotations
@@ -69,10 +74,17 @@ def open_regular(path: Path | str) -> int:
         if error.errno == errno.ENXIO:  # a socket (or a FIFO's peer that went away)
             raise _refusal(path, "a socket") from None
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
         os.close(fd)
-        raise _refusal(path, kind_of(mode))
+        raise _refusal(path, kind_of(status.st_mode))
+    if status.st_nlink > 1:
+        os.close(fd)
+        raise NotRegularFile(
+            f"{path.name} has {status.st_nlink} names (hard links): it may be another name of "
+            "a file the policy keeps out of reach, so it is not read.",
+            "a file with several names",
+        )
     return fd
 
 

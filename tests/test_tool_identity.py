@@ -97,3 +97,37 @@ def test_a_custom_tool_of_its_own_is_held_by_its_side_effect(asking):
     record = call(asking, tool, {}, task=QUESTION)
     assert (record.status, record.rule) == ("refused", "task-boundary")
     assert "read-only" in record.error
+
+
+# --- hard links: a second name for a denied file ----------------------------------------------
+DENY_SECRETS = Policy(
+    "open-but-secrets",
+    "L3",
+    (Rule("secrets", "*", "deny", "secrets/**", "secrets stay out"), Rule("all", "*", "allow")),
+)
+READERS = {
+    "readSource": {"path": "docs/hl.md"},
+    "grep": {"pattern": "KEY"},
+    "searchDocs": {"query": "KEY"},
+    "runValidation": {"path": "docs/hl.md"},
+    "patchDraft": {"path": "docs/hl.md", "search": "KEY", "replace": "KEY"},
+}
+
+
+@pytest.mark.parametrize("tool", list(READERS))
+def test_a_hard_link_to_a_denied_file_is_not_read_under_its_other_name(workspace, tool):
+    """Found by review: ``os.link(secrets/key.txt, docs/hl.md)`` and readSource read the
+    secret under the allowed name; grep and searchDocs leaked it the same way."""
+    import os
+
+    root = workspace.root_path
+    (root / "secrets").mkdir()
+    (root / "secrets" / "key.txt").write_text("KEY-0f9a1c\n")
+    (root / "docs").mkdir()
+    os.link(root / "secrets" / "key.txt", root / "docs" / "hl.md")
+    record = tool_call_run(
+        workspace=workspace, tool=tool, arguments=READERS[tool], policy=DENY_SECRETS
+    )
+    assert "KEY-0f9a1c" not in str(record.output) + record.error
+    if tool in ("readSource", "runValidation", "patchDraft"):
+        assert record.status == "error" and "hard links" in record.error

@@ -260,11 +260,13 @@ def rename_file(root: Path, drafts: Path, args: dict) -> Output:
 
 
 def _regular(path: Path) -> bool:
-    """Publish copies regular files only: a FIFO or a device would hang or flood the copy."""
+    """Publish copies regular files of one name only: a FIFO or a device would hang or flood
+    the copy, a hard link may be another name of a file the policy denies."""
     try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
+        status = os.lstat(path)
     except OSError:
         return False
+    return stat.S_ISREG(status.st_mode) and status.st_nlink == 1
 
 
 def publish(root: Path, drafts: Path, args: dict) -> Output:
