@@ -20,6 +20,8 @@ from .core.fingerprint import Fingerprint
 from .models import ApprovalRequest
 from .tasks import notify_dispatch
 
+MAX_CONFIRM_CHARS = 1024  # what an approver's typed confirmation holds
+
 
 def approval_request_create(
     *,
@@ -44,6 +46,9 @@ def approval_request_create(
     if strong_confirmation and not confirm_text:
         command = arguments.get("command")
         confirm_text = paths[0] if paths else str(command or tool)
+    if strong_confirmation and len(confirm_text) > MAX_CONFIRM_CHARS:
+        # Never cut what must be typed: a prefix would approve a command with another tail.
+        raise ValueError(f"A confirmation over {MAX_CONFIRM_CHARS} characters cannot be typed.")
     level = ToolDefinition.objects.filter(name=tool).values_list("permission_level", flat=True)
     required = policy.l3_approvals_required if policy and level.first() == "L3" else 1
     now = timezone.now()
@@ -66,7 +71,7 @@ def approval_request_create(
         reason=reason,
         risk=run.risk,
         strong_confirmation=strong_confirmation,
-        confirm_text=confirm_text[:1024] if strong_confirmation else "",
+        confirm_text=confirm_text if strong_confirmation else "",
         digest=fingerprint.digest,
         file_hashes=dict(fingerprint.file_hashes),
         policy_version=fingerprint.policy_version,

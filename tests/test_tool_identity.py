@@ -131,3 +131,15 @@ def test_a_hard_link_to_a_denied_file_is_not_read_under_its_other_name(workspace
     assert "KEY-0f9a1c" not in str(record.output) + record.error
     if tool in ("readSource", "runValidation", "patchDraft"):
         assert record.status == "error" and "hard links" in record.error
+
+
+def test_a_shell_command_too_long_to_type_is_refused_before_anyone_is_asked(asking):
+    """Found by review: the typed confirmation kept only the first 1024 characters, so a
+    typed prefix approved a longer command with another tail."""
+    needs_command = {
+        "intent": "command",
+        "boundaries": {"read_paths": ["**"], "write_paths": [], "tools": ["dangerous"]},
+    }
+    command = "echo " + "a" * 1019 + " && rm -rf docs"
+    record = call(asking, "dangerous", {"command": command}, task=needs_command)
+    assert record.status == "refused" and "is too long" in record.error

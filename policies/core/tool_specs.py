@@ -14,6 +14,7 @@ MAX_DESCRIPTION: Final = 250
 # them, and the journal keeps the bytes they may change, so a call interrupted after its
 # write is recorded from disk instead of repeated.
 SHELL_TOOL: Final = "dangerous"  # the one raw shell (SPEC T9)
+MAX_COMMAND: Final = 1000  # under the 1024 characters an approver's typed confirmation holds
 FILE_WRITE_TOOLS: Final = frozenset(
     {"createDraft", "patchDraft", "commitDraft", "deleteFile", "renameFile"}
 )
@@ -162,7 +163,10 @@ BUILTIN_TOOLS: Final[dict[str, ToolSpec]] = {
             "L3",
             "filesystem_write",
             "Run a shell command, sandboxed.",
-            _schema(["command"], command={"type": "string", "minLength": 1}),
+            # A person types the command to approve it: all of it, so it is bounded.
+            _schema(
+                ["command"], command={"type": "string", "minLength": 1, "maxLength": MAX_COMMAND}
+            ),
             takes_path=False,
             approval_required=True,
         ),

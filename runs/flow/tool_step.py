@@ -11,9 +11,11 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from approvals.asking import MAX_CONFIRM_CHARS
 from approvals.fingerprint import fingerprint_now
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
+from policies.core.tool_specs import SHELL_TOOL
 from policies.permissions import policy_for_agent
 
 from .. import run_hooks
@@ -159,6 +161,11 @@ def _preflight(run: Run, record: ToolCall) -> str:
     root, drafts = run.workspace.root_path, run.workspace.drafts_path / str(run.pk)
     arguments = record.arguments
     runs_as = _runs_as(record.tool)
+    if runs_as == SHELL_TOOL and len(str(arguments.get("command", ""))) > MAX_CONFIRM_CHARS:
+        return (
+            f"The command is over {MAX_CONFIRM_CHARS} characters: a person could not type it "
+            "to approve it. Split it into shorter commands."
+        )
     if runs_as == "deleteFile" and not (root / record.path).is_file():
         return f"{record.path} is not a file in the workspace; there is nothing to delete."
     if runs_as == "renameFile":
