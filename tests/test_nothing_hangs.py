@@ -578,3 +578,29 @@ def test_the_supervisor_and_the_worker_agree_on_the_timed_out_exit():
 
     assert child.TIMED_OUT_EXIT == isolation.TIMED_OUT_EXIT
     assert child.TIMED_OUT_EXIT not in (0, 1, child.STOPPED_EXIT)
+
+
+def test_an_mcp_server_stops_at_its_supervisors_deadline_while_its_worker_holds_on(tmp_path):
+    """A frozen worker keeps the server's stdin open and its thread alive: a supervisor
+    given ``--deadline`` stops the server and everything it started there, by itself. (The
+    console passes it where it builds the server's command, ``policies/mcp_servers.py``.)"""
+    import subprocess
+
+    from harness_console import mcp_supervisor
+
+    marker, ticks = a_marker(), tmp_path / "ticks.txt"
+    command = TICKING_SHELL["command"].format(m=marker)
+    server = subprocess.Popen(
+        [sys.executable, mcp_supervisor.__file__, "--deadline", "1", "sh", "-c", command],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,  # held open, as a frozen worker holds it
+    )
+    try:
+        assert server.wait(timeout=BOUND) == mcp_supervisor.TIMED_OUT_EXIT
+        assert _quiet(ticks, marker), "the server ran on past its deadline"
+    finally:
+        server.kill()
+        server.stdin.close()  # type: ignore[union-attr]
+        server.wait()
+        for pid in alive(marker):
+            os.kill(pid, 9)
