@@ -12,6 +12,11 @@ with the server's status. The kernel kills it if the worker thread that started 
 (``PR_SET_PDEATHSIG``), and the server's stdin closes with it, so nothing outlives a killed
 worker either.
 
+A worker frozen (SIGSTOP) does neither: it keeps the server's stdin open and its thread
+alive. So the supervisor can keep the call's deadline itself: started as
+``mcp_supervisor.py --deadline SECONDS COMMAND...``, it kills the server and every
+descendant once SECONDS have passed and exits ``TIMED_OUT_EXIT``, whatever the worker does.
+
 Started by path, not as a module: the server's working directory is its root and its
 environment has no PYTHONPATH, so only the standard library and ``reaper.py`` (beside this
 file, standard library only) are imported.
@@ -26,6 +31,8 @@ import subprocess
 import sys
 from types import ModuleType
 
+TIMED_OUT_EXIT = 124  # as timeout(1): the deadline passed, the server was stopped here
+
 
 def _reaper() -> ModuleType:
     """``reaper.py`` from beside this file, without the project on the path."""
@@ -37,9 +44,20 @@ def _reaper() -> ModuleType:
     return module
 
 
+def _deadline(argv: list[str]) -> tuple[float | None, list[str]]:
+    """``--deadline SECONDS`` before the command, if given: (seconds, the command)."""
+    if argv[:1] != ["--deadline"]:
+        return None, argv
+    try:
+        return max(0.0, float(argv[1])), argv[2:]
+    except (IndexError, ValueError):
+        return None, []
+
+
 def main(argv: list[str]) -> int:
+    deadline, argv = _deadline(argv)
     if not argv:
-        sys.stderr.write("usage: mcp_supervisor.py COMMAND [ARG...]\n")
+        sys.stderr.write("usage: mcp_supervisor.py [--deadline SECONDS] COMMAND [ARG...]\n")
         return 2
     reaper = _reaper()
     reaper.die_with_parent()
@@ -57,10 +75,15 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     try:
-        code = server.wait()
+        code = server.wait(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        server.kill()  # the collection below takes the rest
+        code = None
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nothing interrupts the collection
         reaper.collect_descendants()
+    if code is None:
+        return TIMED_OUT_EXIT
     return code if code >= 0 else 128 - code
 
 

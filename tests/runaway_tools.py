@@ -127,3 +127,13 @@ def linger(root: Path, drafts: Path, args: dict) -> dict:
     pids.write_text(f"{os.getpid()}\n{child.pid}\n")
     child.wait()
     return {"ok": True, "summary": "lingered"}
+
+
+def tick(root: Path, drafts: Path, args: dict) -> dict:
+    """Leaves a daemon, then writes into the workspace (as the shell or publish would)
+    every tenth of a second, for ever: each line is one more effect past a stop."""
+    _detached_sleep(args["marker"])
+    while True:
+        with (root / "ticks.txt").open("a") as handle:
+            handle.write("tick\n")
+        time.sleep(0.1)

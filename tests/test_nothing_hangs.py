@@ -6,9 +6,11 @@ real processes; bounds are generous and never asserted as figures."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -492,3 +494,113 @@ def _kill_listed(pid_file: Path) -> None:
         for pid in pid_file.read_text().split():
             with contextlib.suppress(OSError):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+# --- a frozen worker (SIGSTOP): the supervisor keeps the deadline itself ------------------
+
+FROZEN_DRIVER = """
+import json, sys
+sys.path.insert(0, {project!r})
+from runs.tools.isolation import run_isolated
+reply = run_isolated(impl={impl!r}, root={root!r}, drafts={drafts!r}, args={args!r},
+                     timeout=1, context={{"sandbox": {{"allow_unsandboxed": True}}}})
+print(json.dumps(reply), flush=True)
+"""
+
+TICKING_SHELL = {
+    "command": "setsid sleep {m} > /dev/null 2>&1 &"
+    " while :; do echo t >> ticks.txt; sleep 0.1; done"
+}
+FROZEN_TOOLS = {  # impl, arguments, the worker's PATH (none: the child finds no bubblewrap)
+    "custom": ("tests.runaway_tools:tick", {}, os.environ["PATH"]),
+    "shell, sandboxed": ("dangerous", TICKING_SHELL, os.environ["PATH"]),
+    "shell, unsandboxed": ("dangerous", TICKING_SHELL, "/nonexistent"),
+}
+
+
+def _quiet(path: Path, marker: str) -> bool:
+    """Nothing writes ``path`` any more and no ``sleep <marker>`` is left, within BOUND."""
+    deadline = time.monotonic() + BOUND / 3
+    while time.monotonic() < deadline:
+        before = path.read_bytes()
+        time.sleep(1.0)  # ten ticks' time
+        if path.read_bytes() == before and not alive(marker):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("tool", sorted(FROZEN_TOOLS))
+def test_a_tool_stops_at_its_deadline_while_its_worker_is_frozen(tmp_path, tool):
+    """Found: with the worker frozen (SIGSTOP) it could neither signal its tool's supervisor
+    nor close its stdin, so the tool went on writing into the workspace past its deadline
+    (and past the lease). The supervisor keeps the deadline itself now."""
+    import signal
+    import subprocess
+
+    from runs.tools.isolation import ROOT
+
+    root, drafts, marker = tmp_path / "root", tmp_path / "drafts", a_marker()
+    root.mkdir(), drafts.mkdir()
+    impl, args, path = FROZEN_TOOLS[tool]
+    args = {key: value.format(m=marker) for key, value in args.items()} | {"marker": marker}
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        FROZEN_DRIVER.format(
+            project=str(ROOT), impl=impl, root=str(root), drafts=str(drafts), args=args
+        )
+    )
+    worker = subprocess.Popen(
+        [sys.executable, str(driver)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PATH": path},
+    )
+    ticks = root / "ticks.txt"
+    try:
+        started = time.monotonic()
+        while not ticks.exists() and time.monotonic() < started + BOUND:
+            time.sleep(0.02)
+        assert ticks.exists(), "the tool never started"
+        os.kill(worker.pid, signal.SIGSTOP)  # before its deadline: it cannot stop the tool
+        assert _quiet(ticks, marker), "the tool ran on past its deadline"
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+        out, _ = worker.communicate(timeout=BOUND)
+        for pid in alive(marker):
+            os.kill(pid, signal.SIGKILL)
+    reply = json.loads(out)
+    assert reply["timed_out"] is True
+    assert reply["error"] == "Timed out after 1 s; the tool was stopped."
+
+
+def test_the_supervisor_and_the_worker_agree_on_the_timed_out_exit():
+    from runs.tools import child, isolation
+
+    assert child.TIMED_OUT_EXIT == isolation.TIMED_OUT_EXIT
+    assert child.TIMED_OUT_EXIT not in (0, 1, child.STOPPED_EXIT)
+
+
+def test_an_mcp_server_stops_at_its_supervisors_deadline_while_its_worker_holds_on(tmp_path):
+    """A frozen worker keeps the server's stdin open and its thread alive: a supervisor
+    given ``--deadline`` stops the server and everything it started there, by itself. (The
+    console passes it where it builds the server's command, ``policies/mcp_servers.py``.)"""
+    import subprocess
+
+    from harness_console import mcp_supervisor
+
+    marker, ticks = a_marker(), tmp_path / "ticks.txt"
+    command = TICKING_SHELL["command"].format(m=marker)
+    server = subprocess.Popen(
+        [sys.executable, mcp_supervisor.__file__, "--deadline", "1", "sh", "-c", command],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,  # held open, as a frozen worker holds it
+    )
+    try:
+        assert server.wait(timeout=BOUND) == mcp_supervisor.TIMED_OUT_EXIT
+        assert _quiet(ticks, marker), "the server ran on past its deadline"
+    finally:
+        server.kill()
+        server.stdin.close()  # type: ignore[union-attr]
+        server.wait()
+        for pid in alive(marker):
+            os.kill(pid, 9)

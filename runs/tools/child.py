@@ -9,8 +9,10 @@ daemons, fork twice):
    tool starts stays its descendant whatever it does, forks the tool process and waits for
    its reply.
    It stops when the tool has answered, when the worker sends SIGTERM (the deadline, a
-   cancel) or when its stdin closes (the worker is gone, even killed with -9): in every
-   case it first kills and reaps every descendant, then answers (or not) and exits.
+   cancel), when its stdin closes (the worker is gone, even killed with -9) or at the
+   call's deadline, which the request carries: a worker frozen (SIGSTOP) neither signals
+   nor closes anything, so the supervisor keeps the deadline itself. In every case it
+   first kills and reaps every descendant, then answers (or not) and exits.
 2. The tool process runs the tool and writes its reply to a pipe; its own stdin and stdout
    are /dev/null, so nothing a tool prints can pose as the reply.
 """
@@ -24,6 +26,7 @@ import os
 import selectors
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +39,15 @@ from .child_context import CONSOLE
 from .effects import effects_collect
 
 STOPPED_EXIT = 3  # the supervisor was told to stop: no reply, the worker knows why
+TIMED_OUT_EXIT = 4  # the supervisor's own deadline passed: no reply, the tool was stopped
 
 
 class _Stop(Exception):
     """SIGTERM, or the worker went away: collect everything and leave."""
+
+
+class _TimedOut(_Stop):
+    """The call's deadline passed, whether or not the worker could still say so."""
 
 
 def _implementation(name: str):
@@ -97,9 +105,10 @@ def _tool_process(request: dict[str, Any], reply_fd: int) -> None:
         os._exit(code)
 
 
-def _await_reply(pid: int, reply_fd: int) -> bytes:
+def _await_reply(pid: int, reply_fd: int, deadline: float) -> bytes:
     """The tool's reply, read as it comes (it may be larger than a pipe holds) until the
-    tool process has ended; raises _Stop if the worker goes away meanwhile."""
+    tool process has ended; raises _Stop if the worker goes away meanwhile, _TimedOut
+    once ``deadline`` (monotonic) has passed without a whole reply."""
     chunks: list[bytes] = []
     selector = selectors.DefaultSelector()
     selector.register(reply_fd, selectors.EVENT_READ)
@@ -119,6 +128,18 @@ def _await_reply(pid: int, reply_fd: int) -> bytes:
             while chunk := _read_some(reply_fd):  # whatever it wrote before it ended
                 chunks.append(chunk)
             return b"".join(chunks)
+        if time.monotonic() >= deadline:
+            raise _TimedOut
+
+
+def _deadline(request: dict[str, Any]) -> float:
+    """When this call must be over, on this process's monotonic clock: the seconds the
+    worker had left when it sent the request, counted from now that it arrived (a little
+    later than the worker's own deadline, never earlier). None given: no deadline here."""
+    seconds = request.get("deadline_seconds")
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        return time.monotonic() + max(0.0, float(seconds))
+    return float("inf")
 
 
 def _read_some(fd: int) -> bytes | None:
@@ -141,13 +162,16 @@ def main() -> None:
     reply, code = b"", 1
     try:
         request = json.loads(sys.stdin.buffer.readline())
+        deadline = _deadline(request)
         reply_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(reply_fd)
             _tool_process(request, write_fd)
         os.close(write_fd)
-        reply = _await_reply(pid, reply_fd)
+        reply = _await_reply(pid, reply_fd, deadline)
+    except _TimedOut:
+        reply, code = b"", TIMED_OUT_EXIT
     except _Stop:
         reply, code = b"", STOPPED_EXIT
     else:

@@ -6,7 +6,10 @@ collects every descendant the tool started (a daemon, ``setsid``, a double fork)
 it answers or exits. It is stopped by one path, whatever the reason — the deadline, a
 cancel, a lost lease: SIGTERM to the supervisor, which kills and reaps everything under it;
 if it has not exited ``KILL_GRACE_SECONDS`` later, its process group is killed outright.
-The caller gets a tool error, never a hang.
+The caller gets a tool error, never a hang. The deadline is also the supervisor's own: the
+request carries the seconds left, and the supervisor stops the tool at them by itself
+(exit ``TIMED_OUT_EXIT``), so a worker frozen (SIGSTOP) mid-call, which can neither signal
+nor close anything, leaves no tool running past its deadline.
 
 Every tool call in flight in this process is registered under the run it belongs to (the
 run a :func:`tool_scope` names; the lease's heartbeat opens one per drive), so
@@ -42,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 KILL_GRACE_SECONDS = 2.0  # from the stop to SIGKILL of whatever is left
 MAX_STDERR_BYTES = 64 * 1024  # enough for the last line, which the error quotes
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # past this a reply is cut, so it is no JSON: an error
+TIMED_OUT_EXIT = 4  # runs.tools.child.TIMED_OUT_EXIT: the supervisor kept the deadline
 
 _RUN: ContextVar[Any] = ContextVar("tool_run", default=None)
 _LOCK = threading.Lock()
@@ -223,7 +227,7 @@ def _reply(
     except json.JSONDecodeError:
         reply = None
     if not isinstance(reply, dict):
-        if why == "timeout":
+        if why == "timeout" or process.returncode == TIMED_OUT_EXIT:
             return _timed_out(timeout)
         if flight.reason:
             return stopped_reply(flight.reason)
@@ -240,9 +244,11 @@ def _exchange(
 ) -> tuple[bytes, bytes, str]:
     """Send the request, read the reply until the supervisor exits: (stdout, stderr, why),
     ``why`` being "", "timeout" or "stopped". The stdin stays open: its end is the
-    supervisor's sign that the worker is gone."""
+    supervisor's sign that the worker is gone. The request tells the supervisor the
+    seconds left until ``deadline``: it keeps the deadline too, should this process freeze."""
     assert process.stdin is not None and process.stdout is not None and process.stderr
     out, err = bytearray(), bytearray()
+    request = {**request, "deadline_seconds": max(0.0, deadline - time.monotonic())}
     try:
         process.stdin.write(json.dumps(request).encode() + b"\n")
         process.stdin.flush()
