@@ -34,6 +34,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 SUPERVISOR = str(Path(mcp_supervisor.__file__).resolve())
+DEADLINE_GRACE_SECONDS = 5.0
 
 
 def server_parameters(server: McpServer, cwd: str | None) -> StdioServerParameters:
@@ -44,7 +45,15 @@ def server_parameters(server: McpServer, cwd: str | None) -> StdioServerParamete
     env.pop("PYTHONPATH", None)
     return StdioServerParameters(
         command=sys.executable,
-        args=[SUPERVISOR, server.command, *[str(arg) for arg in server.args]],
+        # The supervisor keeps the call's deadline itself, a little after the SDK's own:
+        # a server outlives it not even while its worker is frozen.
+        args=[
+            SUPERVISOR,
+            "--deadline",
+            str(float(server.timeout_sec) + DEADLINE_GRACE_SECONDS),
+            server.command,
+            *[str(arg) for arg in server.args],
+        ],
         env=env,
         cwd=cwd,
     )
