@@ -342,3 +342,29 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_tool_children(leased):
     assert "done" not in log.read_text()  # stopped, not finished
     record = ToolCall.objects.get(run=run, tool_use_id="toolu_slow")
     assert record.status == "running"  # its stopped reply never reached the record
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("readSource", {"path": "../outside.md"}),  # refused by its path
+        ("readSource", {"path": "docs/guide.md", "_console": "x"}),  # bad arguments
+        ("publish", {}),  # a person is needed, and nobody can be asked here
+    ],
+)
+def test_a_refusal_by_a_worker_that_lost_the_run_is_not_written(leased, tool, arguments):
+    """Found by review: refusals were saved outside the fence, so a worker that had lost
+    the run could still write (or re-insert) a tool call the new holder then met."""
+    run, lease = leased
+    lease_taken_over(run)
+    with pytest.raises(LeaseLost):
+        tool_call_run(
+            workspace=run.workspace,
+            tool=tool,
+            arguments=arguments,
+            policy=DEFAULT_POLICY,
+            run=run,
+            tool_use_id="toolu_refused",
+            fence=partial(fenced, lease),
+        )
+    assert not ToolCall.objects.filter(run=run).exists()

@@ -57,7 +57,8 @@ def tool_step(
         limit = settings.HARNESS_MAX_TOOL_CALLS_PER_TURN
         position = tool_use_position(driver.rows, tool_use_id)
         if position >= limit:
-            record = _over_the_turn_limit(run, block, position, limit)
+            with fenced(driver.lease):
+                record = _over_the_turn_limit(run, block, position, limit)
         else:
             record = _tool_call(driver, run, block, data)
             if record is None:
@@ -128,7 +129,8 @@ def _tool_call(
         problem = _preflight(run, record)
         if problem:  # never ask a person to approve what cannot happen
             record.status, record.error, record.finished_at = "refused", problem, timezone.now()
-            record.save()
+            with fenced(driver.lease):
+                record.save()
             return record
         _ask(driver, run, record, data)
         return None

@@ -99,7 +99,7 @@ def tool_call_run(
     )
     definition = tool_definition(tool, for_evals=run is not None and run.agent.for_evals)
     if refused := arguments_refusal(definition, tool, arguments):
-        return _refuse(record, refused)
+        return _refuse(record, refused, fence)
     assert definition is not None and isinstance(arguments, dict)
     if definition.source == "mcp":
         return _mcp(
@@ -167,12 +167,12 @@ def _builtin(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        return _asked(record, decided, hold_asks=hold_asks)
+        return _asked(record, decided, hold_asks=hold_asks, fence=fence)
     if isinstance(decided, Refused):
-        return _refuse(record, decided)
+        return _refuse(record, decided, fence)
     _allow(record, decided)
     if before_run is not None and (halted := before_run(tool, arguments)):
-        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
+        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), fence)
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
     if run is not None and tool_use_id:
@@ -230,7 +230,7 @@ def _mcp(
     whole-root tool its server sets to ask is handed back unsaved (``hold_asks``) before
     anything is journalled, like a built-in tool's ask; ``approved_by`` is the yes."""
     if before_run is not None and (halted := before_run(record.tool, arguments)):
-        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]))
+        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), fence)
     now = timezone.now()
     server, decided = mcp_decide(
         definition=definition,
@@ -243,11 +243,11 @@ def _mcp(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        return _asked(record, decided, hold_asks=hold_asks)
+        return _asked(record, decided, hold_asks=hold_asks, fence=fence)
     if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
         journal_open(record, definition, fence=fence)
     if isinstance(decided, Refused):
-        return _refuse(record, decided)
+        return _refuse(record, decided, fence)
     _allow(record, decided)
     assert server is not None
     record.attempts = 1
@@ -259,7 +259,7 @@ def _mcp(
         return tool_call_record(record, reply)
 
 
-def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool) -> ToolCall:
+def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool, fence: Fence) -> ToolCall:
     """A call a person must approve: handed back unsaved for the caller to ask one
     (``hold_asks``), else refused, since nobody is there to ask."""
     verdict = decided.verdict
@@ -277,6 +277,7 @@ def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool) -> Tool
     return _refuse(
         record,
         Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
+        fence,
     )
 
 
@@ -288,8 +289,9 @@ def _allow(record: ToolCall, allowed: Allowed) -> None:
         record.approved_by = allowed.approved_by
 
 
-def _refuse(record: ToolCall, refused: Refused) -> ToolCall:
-    """Every refusal is recorded too (SPEC P6): who asked for what, and why not."""
+def _refuse(record: ToolCall, refused: Refused, fence: Fence = transaction.atomic) -> ToolCall:
+    """Every refusal is recorded too (SPEC P6): who asked for what, and why not; under the
+    run's fence, like every record, so a worker that lost the run writes none."""
     if refused.rule:
         record.rule = refused.rule
     if refused.path:
@@ -298,5 +300,6 @@ def _refuse(record: ToolCall, refused: Refused) -> ToolCall:
     record.decision, record.reason, record.status = refused.decision, refused.reason, "refused"
     record.error = refused.reason
     record.finished_at = timezone.now()
-    record.save()
+    with fence():
+        record.save()
     return record
