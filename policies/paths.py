@@ -7,6 +7,7 @@ it is. The result is the real path, checked to be inside the workspace's real ro
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +39,13 @@ def resolve_in_workspace(root: Path | str, raw: object) -> WorkspacePath:
     return WorkspacePath(relative=inside, absolute=Path(real))
 
 
-def resolve_in_root(root: Path | str, raw: object) -> str:
+def resolve_in_root(root: Path | str, raw: object, *, one_name: bool = False) -> str:
     """A path an MCP server is given, resolved once against the folder that server serves
     (its ``root``): ``.`` and the root's own absolute path name the root (:data:`ROOT`);
     an absolute path counts only if it lands inside; links are followed, and anything that
     ends outside the root is refused. The result is what globs match, relative to the root.
+    ``one_name`` (a server that restricts paths): a file with hard links is refused, since
+    no glob sees which of its names is the forbidden one.
     """
     text = check_plain(raw)
     if text.startswith("~"):
@@ -60,18 +63,33 @@ def resolve_in_root(root: Path | str, raw: object) -> str:
     prefix = real_root.rstrip(os.sep) + os.sep
     if not real.startswith(prefix):
         raise PathRefused(f"{text} leads outside the folder the server serves.")
+    if one_name:
+        _refuse_hard_links(real, text)
     return Path(real).relative_to(real_root).as_posix()
+
+
+def _refuse_hard_links(real: str, shown: str) -> None:
+    try:
+        status = os.stat(real)
+    except OSError:  # nothing there yet (a file to write): no other name
+        return
+    if not stat.S_ISDIR(status.st_mode) and status.st_nlink > 1:
+        raise PathRefused(
+            f"{shown} has {status.st_nlink} hard links: it may be another name of a file "
+            "this server forbids."
+        )
 
 
 MAX_TREE_ENTRIES = 20_000
 
 
-def tree_entries(root: Path | str, relative: str) -> Iterator[str]:
+def tree_entries(root: Path | str, relative: str, *, one_name: bool = False) -> Iterator[str]:
     """Every entry under a folder of a server's root, relative to the root, a link as where
     it leads: a tool that lists or searches a whole tree reaches each, so each is checked
     like a path named outright (lazily: the first forbidden one ends the walk). A link out
     of the root, or a tree too large to look through, is refused (PathRefused). Not a
-    folder: nothing under it."""
+    folder: nothing under it. ``one_name``: an entry with hard links is refused, as in
+    :func:`resolve_in_root`."""
     real_root = os.path.realpath(root)
     start = real_root if relative == ROOT else os.path.join(real_root, relative)
     if not os.path.isdir(start):
@@ -84,6 +102,8 @@ def tree_entries(root: Path | str, relative: str) -> Iterator[str]:
                 raise PathRefused(f"{relative} holds over {MAX_TREE_ENTRIES} entries to check.")
             full = os.path.join(dirpath, name)
             if os.path.islink(full):
-                yield resolve_in_root(real_root, full)
-            else:
-                yield Path(full).relative_to(real_root).as_posix()
+                yield resolve_in_root(real_root, full, one_name=one_name)
+                continue
+            if one_name:
+                _refuse_hard_links(full, Path(full).relative_to(real_root).as_posix())
+            yield Path(full).relative_to(real_root).as_posix()

@@ -3,7 +3,7 @@
 1. Is the server whitelisted?  2. Is the tool allowed?  3. Are the arguments within range
 (every argument declared in the tool's reach, every path it names, resolved against the
 server's root, inside an allowed glob and outside every forbidden one, and no whole-root
-tool where paths are forbidden)?  4. Is an approval
+tool where paths are restricted)?  4. Is an approval
 needed (the policy's decision)?  5. Is the rate limit exceeded?  6. Is it inside the change
 window? Each refusal names its own check, so an admin knows which setting stopped a call.
 """
@@ -93,22 +93,40 @@ def _no_entries(path: str) -> Iterable[str]:
     return ()
 
 
+def _nothing_exists(path: str) -> bool:
+    return False
+
+
+def restricted(config: McpServerConfig) -> bool:
+    """Whether the server keeps a tool from part of its root: it forbids paths, or its
+    allowed globs do not all name the whole root. Only on an unrestricted server may a
+    whole-root tool (a diff, a show) run unasked, or a file have other names (hard links):
+    asking only about forbidden paths let ``allowed_paths=["notes/**"]`` diff out ``.env``."""
+    whole = bool(config.allowed_paths) and all(g == "**" for g in config.allowed_paths)
+    return bool(config.forbidden_paths) or not whole
+
+
 def arguments_refusal(
     config: McpServerConfig,
     reach: ToolReach,
     arguments: Mapping[str, Any],
     resolve: Resolve,
     entries: Callable[[str], Iterable[str]] = _no_entries,
+    exists: Callable[[str], bool] = _nothing_exists,
+    changes: bool = False,
 ) -> str | None:
     """Check 3: every argument declared, every path it names (resolved against the server's
     root) within range, every entry of a tree it covers too (``entries``: what is under a
-    folder, links as where they lead), and a whole-root tool only where nothing is
-    forbidden."""
+    folder, links as where they lead), and a whole-root tool only on a server that
+    restricts nothing. A tool that ``changes`` things takes a folder it is given along
+    whole (a move of ``notes`` moves ``notes/private``): a folder below the root is a tree
+    to it. (The root is where a git tool runs, ``repo_path``, not what it moves.)"""
     try:
-        named = reach_paths(reach, arguments, resolve)
+        named = reach_paths(reach, arguments, resolve, exists)
         for kind, path in named:
             problem = _out_of_range(config, kind, path)
-            for entry in entries(path) if kind == "tree" and not problem else ():
+            whole = kind == "tree" or (changes and kind == "path" and path != ROOT)
+            for entry in entries(path) if whole and not problem else ():
                 if found := _out_of_range(config, "path", entry):
                     problem = f"{path} holds what this tool may not reach: {found}"
                     break
@@ -116,7 +134,7 @@ def arguments_refusal(
                 return problem
     except (ArgumentRefused, PathRefused) as error:
         return str(error)
-    if reach.whole_root and config.forbidden_paths and config.whole_root_tools == "refuse":
+    if reach.whole_root and restricted(config) and config.whole_root_tools == "refuse":
         return whole_root_reason(config)
     return None
 
@@ -124,7 +142,7 @@ def arguments_refusal(
 def whole_root_reason(config: McpServerConfig) -> str:
     return (
         f"this tool's output can hold any file of {config.name}'s root, and the server has "
-        "forbidden paths"
+        "forbidden paths or allowed paths narrower than its root"
     )
 
 
@@ -159,15 +177,18 @@ def check_mcp_call(
     server_name: str,
     resolve: Resolve,
     entries: Callable[[str], Iterable[str]] = _no_entries,
+    exists: Callable[[str], bool] = _nothing_exists,
+    changes: bool = False,
     approved: bool = False,
     boundary: Callable[[], str | None] = lambda: None,
 ) -> McpRefusal | None:
     """The first check that refuses the call, or None when all six pass.
 
-    ``resolve`` is the server's: a path against its root, links followed. A whole-root tool
-    on a server with forbidden paths that is set to ask needs a person (check 4), unless
-    one ``approved`` this very call. ``boundary`` is the run's task (between checks 3 and
-    4, like a policy of its own): what it refuses never reaches the approval or the rate.
+    ``resolve`` is the server's: a path against its root, links followed; ``changes``: the
+    tool has a side effect. A whole-root tool on a restricted server that is set to ask
+    needs a person (check 4), unless one ``approved`` this very call. ``boundary`` is the
+    run's task (between checks 3 and 4, like a policy of its own): what it refuses never
+    reaches the approval or the rate.
     ``calls_this_minute`` is only asked when the first four checks passed, so refused
     calls never use up the rate limit.
     """
@@ -175,12 +196,12 @@ def check_mcp_call(
         return McpRefusal("whitelist", f"the MCP server {server_name} is not whitelisted")
     if tool not in config.allowed_tools:
         return McpRefusal("tool", f"{tool} is not an allowed tool of {config.name}")
-    problem = arguments_refusal(config, reach, arguments, resolve, entries)
+    problem = arguments_refusal(config, reach, arguments, resolve, entries, exists, changes)
     if problem:
         return McpRefusal("arguments", problem)
     if outside := boundary():
         return McpRefusal("task_boundary", outside)
-    if decision == "allow" and reach.whole_root and config.forbidden_paths and not approved:
+    if decision == "allow" and reach.whole_root and restricted(config) and not approved:
         decision, decision_reason = "ask", whole_root_reason(config)
     if decision != "allow":
         return McpRefusal("approval", f"{decision}: {decision_reason}")

@@ -114,6 +114,10 @@ _REPOSITORY_KEYS: Final = frozenset({"repopath", "repository", "repo", "repodir"
 _REVISION: Final = re.compile(r"[A-Za-z0-9._/~^@{}+\-]+")
 _STAGE: Final = re.compile(r":[0-3]:")
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")  # file://, C:, HEAD: in a path
+# What git reads as a pathspec, not a file: a magic ``:(glob)``, ``:/`` or a wildcard.
+_PATHSPEC: Final = re.compile(r"^:|[*?\[]")
+# A revision's suffixes (HEAD~1, main^2, v1^{commit}, main@{1}): what is left is a ref name.
+_REF_SUFFIX: Final = re.compile(r"(?:[~^][0-9]*|\^\{[a-z]*\}|@\{[^{}]*\})+$")
 
 
 class ArgumentRefused(ValueError):
@@ -183,7 +187,25 @@ def revision_names(value: Any) -> tuple[list[str], str | None]:
     if revision and not _REVISION.fullmatch(revision):
         raise ArgumentRefused(f"{value!r} is not a revision (refs, commits, ~, ^ and : only)")
     tokens = [part for part in re.split(r"\.\.\.?", revision) if part]
+    for token in tokens:
+        if problem := ref_name_problem(token):
+            raise ArgumentRefused(f"{value!r} is not a revision: {problem}")
     return tokens, ((path or ".") if colon else None)
+
+
+def ref_name_problem(token: str) -> str | None:
+    """Why a ref token is no ref name by git's rules (check-ref-format), or None. A token
+    that is none is no revision git would look up first: ``.``, ``notes/..`` or
+    ``notes/../.env`` is a path to ``git checkout``, and a path is not what was declared."""
+    name = _REF_SUFFIX.sub("", token)
+    if not name:
+        return None if token.startswith("@{") or not token else "a suffix names no ref"
+    parts = name.split("/")
+    if name.startswith("-") or any(not part or part.startswith(".") for part in parts):
+        return f"{token!r} has an empty or dot-started part (a path, not a ref name)"
+    if name.endswith((".", ".lock")) or "@{" in name or "{" in name or "}" in name:
+        return f"{token!r} ends with '.' or '.lock', or has a brace"
+    return None
 
 
 def declared_values(
@@ -210,17 +232,26 @@ def declared_values(
                 raise ArgumentRefused(f"argument {key} {item!r} looks like an option")
             if kind != "revision" and _SCHEME.match(item):
                 raise ArgumentRefused(f"argument {key} {item!r}: URIs are refused; give a path")
+            if kind != "revision" and _PATHSPEC.search(item):
+                raise ArgumentRefused(
+                    f"argument {key} {item!r}: a pathspec or wildcard (':', '*', '?', '[') "
+                    "names files no check sees; give a plain path"
+                )
             found.append((key, kind, item))
     return found
 
 
 def reach_paths(
-    reach: ToolReach, arguments: Mapping[str, Any], resolve: Callable[[Any], str]
+    reach: ToolReach,
+    arguments: Mapping[str, Any],
+    resolve: Callable[[Any], str],
+    exists: Callable[[str], bool] = lambda path: False,
 ) -> list[tuple[ArgumentKind, str]]:
     """Every path the call names, resolved against the server's root once, with the kind
-    it is checked as: a revision's ``:path`` is a ``path``, its ref tokens are ``revision``.
-    A path that cannot be resolved inside the root is refused; a ref token that cannot
-    (``HEAD~1`` can, ``/x`` cannot) names no file under the root, so it is only skipped."""
+    it is checked as: a revision's ``:path`` is a ``path``, its ref tokens are ``revision``,
+    or a ``tree`` when one names something on disk (``git checkout notes`` reverts all
+    under it). Anything that cannot be resolved inside the root is refused, a ref token
+    too: skipping one let ``notes/../secrets`` through."""
     resolved: list[tuple[ArgumentKind, str]] = []
     for key, kind, value in declared_values(reach, arguments):
         candidates: list[tuple[ArgumentKind, str]] = [(kind, value)]
@@ -229,10 +260,12 @@ def reach_paths(
             candidates = [("revision", t) for t in tokens] + ([("path", path)] if path else [])
         for named, candidate in candidates:
             try:
-                resolved.append((named, resolve(candidate)))
+                where = resolve(candidate)
             except PathRefused as error:
-                if named != "revision":
-                    raise ArgumentRefused(f"argument {key} {value!r}: {error}") from None
+                raise ArgumentRefused(f"argument {key} {value!r}: {error}") from None
+            if named == "revision" and exists(where):
+                named = "tree"
+            resolved.append((named, where))
     return resolved
 
 

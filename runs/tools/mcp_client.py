@@ -21,7 +21,7 @@ from django.core.cache import cache
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
-from policies.core.mcp_checks import McpRefusal, check_mcp_call
+from policies.core.mcp_checks import McpRefusal, check_mcp_call, restricted
 from policies.core.mcp_reach import ArgumentRefused, reach_paths
 from policies.core.permissions import Policy, Verdict, decide_paths, level_of, side_effect_of
 from policies.mcp_servers import errlog, server_parameters, server_root, split_name
@@ -84,21 +84,25 @@ def mcp_decide(
     server = McpServer.objects.filter(name=server_name).first()
     effect = side_effect_of(definition.side_effect)
     root = server_root(server, workspace.root) if server else str(workspace.root)
+    config = server.as_config() if server else None
+    one_name = config is not None and restricted(config)
 
     def resolve(value: Any) -> str:
-        return resolve_in_root(root, value)
+        return resolve_in_root(root, value, one_name=one_name)
+
+    def exists(path: str) -> bool:
+        return os.path.lexists(os.path.join(os.path.realpath(root), path))
 
     try:
-        resolved = [path for _, path in reach_paths(definition.reach(), arguments, resolve)]
+        named = reach_paths(definition.reach(), arguments, resolve, exists)
+        resolved = [path for _, path in named]
     except ArgumentRefused:
         resolved = []  # check 3 refuses it, with the reason
-    serves_workspace = os.path.realpath(root) == os.path.realpath(workspace.root)
 
     def boundary() -> str | None:
         if task is None:
             return None
-        paths = resolved if serves_workspace else None
-        return side_effect_outside(task, definition.name, effect, paths)
+        return _task_boundary(task, definition.name, effect, root, workspace.root, resolved)
 
     verdict = decide_paths(
         policy,
@@ -109,7 +113,7 @@ def mcp_decide(
         list(grants or ()),
     )
     refusal = check_mcp_call(
-        server.as_config() if server else None,
+        config,
         tool,
         arguments,
         reach=definition.reach(),
@@ -120,11 +124,43 @@ def mcp_decide(
         now=now,
         server_name=server_name,
         resolve=resolve,
-        entries=lambda path: tree_entries(root, path),
+        entries=lambda path: tree_entries(root, path, one_name=one_name),
+        exists=exists,
+        changes=effect != "none",
         approved=approved_by is not None,
         boundary=boundary,
     )
     return server, _outcome(verdict, refusal, resolved)
+
+
+def _task_boundary(
+    task: Mapping[str, Any],
+    tool: str,
+    effect: str,
+    root: str,
+    workspace_root: Any,
+    resolved: list[str],
+) -> str | None:
+    """The task's boundary over the paths as the workspace sees them, whatever folder the
+    server serves: a path inside the workspace is checked, relative to it, against the
+    write paths; one outside it is no file the task named, so a task that names its files
+    may not change it. Asking only when the server's root was the workspace's let a server
+    of its parent write ``workspace/AGENTS.md``."""
+    real_root, real_workspace = os.path.realpath(root), os.path.realpath(workspace_root)
+    inside, outside = [], []
+    for path in resolved:
+        full = os.path.normpath(os.path.join(real_root, path))
+        if full == real_workspace or full.startswith(real_workspace.rstrip(os.sep) + os.sep):
+            inside.append(os.path.relpath(full, real_workspace))
+        else:
+            outside.append(path)
+    writes = (task.get("boundaries") or {}).get("write_paths")
+    if outside and writes and effect != "none":
+        return (
+            f"{', '.join(outside)} is outside this task's workspace: it may change "
+            f"{', '.join(writes)}"
+        )
+    return side_effect_outside(task, tool, effect, inside)
 
 
 def _outcome(
