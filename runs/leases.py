@@ -7,7 +7,8 @@ timeout (../shared/NOTES.md). So:
 - a worker *claims* a run with one conditional update (free or expired lease only), which
   also increments ``lease_token``; only one claimant can win; taking over an expired lease
   (its worker died or froze) also counts in ``lease_takeovers``;
-- while it works, a heartbeat thread renews the lease; every checkpoint is written inside
+- while it works, its process's lease keeper (one thread for all the runs the process
+  drives) renews the lease; every checkpoint is written inside
   :func:`fenced`, which re-reads the token under the row lock, so a worker that lost its
   lease (frozen past the expiry, then woken) cannot write another step;
 - a periodic sweeper re-dispatches active runs whose lease expired; a run waiting for a
@@ -18,19 +19,20 @@ timeout (../shared/NOTES.md). So:
 
 from __future__ import annotations
 
-import contextvars
 import logging
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Q, Value, When
+from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Q, Value, When, sql
 from django.utils import timezone
 
 from .core import status as run_status
@@ -84,16 +86,6 @@ def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
     return Lease(run_id=run_id, token=token, worker=worker, takeovers=takeovers)
 
 
-def lease_renew(lease: Lease) -> bool:
-    """Extend the lease while the run is active; False once another worker holds it (a
-    run that waits or ended is not renewed: its lease was cleared on purpose)."""
-    expires = timezone.now() + timedelta(seconds=lease_seconds())
-    held = Run.objects.filter(pk=lease.run_id, lease_token=lease.token)
-    return bool(held.filter(status__in=CLAIMABLE).update(lease_expires_at=expires)) or (
-        held.exists()
-    )
-
-
 def lease_release(lease: Lease) -> None:
     """Free the run (it waits for a person, or it ended); the token stays, as a fence."""
     Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
@@ -123,67 +115,69 @@ def fenced(lease: Lease) -> Iterator[None]:
         yield
 
 
-class Heartbeat:
-    """Renews a lease every third of its length from a thread, until stopped; stops the
-    run's tools when the run is cancelled.
+def fence_write(lease: Lease, fields: dict[str, Any], events: int = 0) -> tuple[int, bool]:
+    """The fence of :func:`fenced` and a checkpoint's own fields of the run, in one
+    statement: check the token, extend the lease, write ``fields``, reserve ``events``
+    sequence numbers; returns (the last number reserved, whether a cancel was asked).
+    Call inside the checkpoint's transaction; raises :class:`LeaseLost` like the fence."""
+    expires = timezone.now() + timedelta(seconds=lease_seconds())
+    values: dict[str, Any] = {
+        **fields,
+        "lease_expires_at": Case(
+            When(status__in=CLAIMABLE, then=Value(expires)),
+            default=Value(None),
+            output_field=DateTimeField(),
+        ),
+    }
+    if events:
+        values["event_seq"] = F("event_seq") + events
+    query = Run.objects.filter(pk=lease.run_id, lease_token=lease.token).query.chain(
+        sql.UpdateQuery
+    )
+    query.add_update_values(values)
+    db = transaction.get_connection()
+    statement, params = query.get_compiler(connection=db).as_sql()
+    with db.cursor() as cursor:  # RETURNING: SQLite 3.35+ and PostgreSQL
+        cursor.execute(f"{statement} RETURNING event_seq, cancel_requested_at", params)
+        row = cursor.fetchone()
+    if row is None:
+        owner = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", flat=True)
+        raise LeaseLost(f"Run {lease.run_id} is now leased by {owner.first() or 'nobody'}.")
+    return int(row[0]), row[1] is not None
 
-    The thread has its own database connection (Django's are per thread) and closes it.
+
+class Heartbeat:
+    """A run's membership of its process's :class:`LeaseKeeper`, for one drive: the keeper
+    renews the lease and reports here when it is ``lost`` or the run is ``cancelled``.
+
     If a renewal finds the lease gone, or none succeeded for a whole lease, ``lost`` is set,
     the run's tools in this process are stopped, and the work stops at its next checkpoint
-    (the fence refuses it anyway). While a tool call of the run is in flight,
-    it also reads the run's cancel flag every ``CANCEL_POLL_SECONDS``: a cancel stops the
-    tool at once (``tool_processes_stop``), and the run then ends as cancelled at its next
-    checkpoint instead of when the tool would have finished. Entering the heartbeat opens
-    the run's tool scope in the driving thread: the tools it runs are the run's.
+    (the fence refuses it anyway). While a tool call of the run is in flight, a cancel
+    stops the tool at once (``tool_processes_stop``), and the run then ends as cancelled at
+    its next checkpoint instead of when the tool would have finished. Entering the heartbeat
+    opens the run's tool scope in the driving thread: the tools it runs are the run's.
     """
 
-    CANCEL_POLL_SECONDS = 0.5
-
     def __init__(self, lease: Lease) -> None:
-        self.lease, self.lost = lease, False
-        self._stop = threading.Event()
+        self.lease, self.lost, self.cancelled = lease, False, False
+        self.renewed = time.monotonic()
         self._scope = tool_scope(lease.run_id)
-        # In the run's context (contextvars), so its log lines carry the run and trace ids.
-        self._thread = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(self._beat,),
-            name="lease-heartbeat",
-            daemon=True,
-        )
 
     def __enter__(self) -> Heartbeat:
         self._scope.__enter__()
-        self._thread.start()
+        KEEPER.join(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=lease_seconds())
+        KEEPER.leave(self)
         self._scope.__exit__(None, None, None)
-
-    def _beat(self) -> None:
-        renew_every = lease_seconds() / 3
-        renewed = time.monotonic()
-        try:
-            while not self._stop.wait(min(renew_every, self.CANCEL_POLL_SECONDS)):
-                try:
-                    if time.monotonic() >= renewed + renew_every:
-                        if not lease_renew(self.lease):
-                            return self._lost("another worker holds the run now")
-                        renewed = time.monotonic()
-                    self._stop_tools_if_cancelled()
-                except Exception:  # a busy database: try again next beat, while it lasts
-                    logger.warning("Could not renew the lease of run %s", self.lease.run_id)
-                    close_old_connections()
-                    if time.monotonic() >= renewed + lease_seconds():
-                        return self._lost("its lease could not be renewed before it expired")
-        finally:
-            connection.close()
 
     def _lost(self, why: str) -> None:
         """The run may be another worker's now: its tools in this process stop at once, so
         nothing this worker started goes on beside the new holder (their effects could
         not land anyway: the fence refuses them)."""
+        if self.lost:
+            return
         self.lost = True
         stopped = tool_processes_stop(
             run_id=self.lease.run_id, reason=f"this worker lost the run: {why}"
@@ -195,38 +189,227 @@ class Heartbeat:
             stopped,
         )
 
-    def _stop_tools_if_cancelled(self) -> None:
-        """One indexed read, and only while a tool of the run runs in this process."""
-        run_id = self.lease.run_id
-        if not tool_calls_in_flight(run_id=run_id):
-            return
-        if not Run.objects.filter(pk=run_id, cancel_requested_at__isnull=False).exists():
-            return
-        stopped = tool_processes_stop(run_id=run_id, reason="the run was cancelled")
+    def _cancel_seen(self) -> None:
+        self.cancelled = True
+        stopped = tool_processes_stop(run_id=self.lease.run_id, reason="the run was cancelled")
         if stopped:
-            logger.info("Run %s was cancelled: %s tool call(s) stopped", run_id, stopped)
+            logger.info("Run %s was cancelled: %s tool call(s) stopped", self.lease.run_id, stopped)
 
 
-def runs_to_sweep(*, limit: int = 500) -> list[Any]:
-    """Active runs nobody holds: a lease that expired, or a created run never claimed
-    (its task was lost with a killed worker on the filesystem broker)."""
+class LeaseKeeper:
+    """One thread per process renews every lease the process holds, in one statement.
+
+    A process of the thread pool drives hundreds of runs at once; a heartbeat thread (and a
+    database connection) per run would cost more than the runs. Every third of a lease it
+    extends all of them with one conditional update (only rows whose token is still ours,
+    and only active runs: a run that waits or ended keeps its lease cleared), then reads
+    the tokens and cancel flags back in one query: a token that moved means another worker
+    holds the run now. Between renewals it reads the cancel flags of the runs whose tools
+    are in flight here every ``CANCEL_POLL_SECONDS``. A renewal that fails (a busy or
+    unreachable database) is retried next beat; a run none renewed for a whole lease is
+    lost. Its connection goes back (to the pool, on PostgreSQL) after every beat.
+    """
+
+    CANCEL_POLL_SECONDS = 0.5
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._beats: set[Heartbeat] = set()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._renewed_at = 0.0
+
+    def join(self, beat: Heartbeat) -> None:
+        with self._lock:
+            self._beats.add(beat)
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()  # a forked pool process starts a keeper of its own
+                self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+                self._thread.start()
+
+    def leave(self, beat: Heartbeat) -> None:
+        with self._lock:
+            self._beats.discard(beat)
+
+    def held(self) -> list[Heartbeat]:
+        with self._lock:
+            return [beat for beat in self._beats if not beat.lost]
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._wake.wait(min(lease_seconds() / 3, self.CANCEL_POLL_SECONDS))
+                self._wake.clear()
+                beats = self.held()
+                if not beats:
+                    with self._lock:
+                        if not self._beats:  # idle: the next join starts a new thread
+                            self._thread = None
+                            return
+                    continue
+                self.beat(beats)
+        finally:
+            connection.close()
+
+    def beat(self, beats: list[Heartbeat]) -> None:
+        """One beat: renew when due, else look for cancels; never raises."""
+        now = time.monotonic()
+        try:
+            if now >= self._renewed_at + lease_seconds() / 3:
+                self._renew(beats)
+                self._renewed_at = now
+            else:
+                self._cancels([b for b in beats if tool_calls_in_flight(run_id=b.lease.run_id)])
+        except Exception:  # a busy database: try again next beat, while the leases last
+            logger.warning("Could not renew the leases of %s run(s)", len(beats), exc_info=True)
+            close_old_connections()
+            for beat in beats:
+                if time.monotonic() >= beat.renewed + lease_seconds():
+                    beat._lost("its lease could not be renewed before it expired")
+        finally:
+            if connection.vendor != "sqlite":
+                connection.close()  # back to the pool until the next beat
+
+    def _renew(self, beats: list[Heartbeat]) -> None:
+        ours = Q()
+        for beat in beats:
+            ours |= Q(pk=beat.lease.run_id, lease_token=beat.lease.token)
+        expires = timezone.now() + timedelta(seconds=lease_seconds())
+        Run.objects.filter(ours, status__in=CLAIMABLE).update(lease_expires_at=expires)
+        found = {
+            pk: (token, cancel)
+            for pk, token, cancel in Run.objects.filter(
+                pk__in=[b.lease.run_id for b in beats]
+            ).values_list("pk", "lease_token", "cancel_requested_at")
+        }
+        workers_seen({node_of(b.lease.worker) for b in beats})
+        renewed = time.monotonic()
+        for beat in beats:
+            token, cancel = found.get(Run._meta.pk.to_python(beat.lease.run_id), (None, None))
+            if token != beat.lease.token:
+                beat._lost("another worker holds the run now")
+                continue
+            beat.renewed = renewed
+            if cancel is not None and tool_calls_in_flight(run_id=beat.lease.run_id):
+                beat._cancel_seen()
+            elif cancel is not None:
+                beat.cancelled = True
+
+    def _cancels(self, beats: list[Heartbeat]) -> None:
+        """One indexed read, and only for the runs whose tools are in flight here."""
+        if not beats:
+            return
+        cancelled = set(
+            Run.objects.filter(
+                pk__in=[b.lease.run_id for b in beats], cancel_requested_at__isnull=False
+            ).values_list("pk", flat=True)
+        )
+        for beat in beats:
+            if Run._meta.pk.to_python(beat.lease.run_id) in cancelled:
+                beat._cancel_seen()
+
+
+KEEPER = LeaseKeeper()
+
+
+# --- which runs the sweeper sends again ----------------------------------------------------
+ALIVE_KEY = "harness:worker-alive:{}"
+LOST_MESSAGE_LEASES = 10  # an unclaimed run waits this many leases while others are queued
+RUN_EXECUTE = "runs.tasks.run_execute"
+
+
+def node_of(worker: str) -> str:
+    """The Celery node of a lease's worker name (``node:pid``)."""
+    return worker.rsplit(":", 1)[0]
+
+
+def workers_seen(nodes: set[str]) -> None:
+    """The lease keeper's sign of life for its nodes, lasting one lease."""
+    if nodes:
+        cache.set_many({ALIVE_KEY.format(n): True for n in nodes}, timeout=lease_seconds())
+
+
+def workers_alive(nodes: set[str]) -> set[str]:
+    if not nodes:
+        return set()
+    found = cache.get_many([ALIVE_KEY.format(n) for n in nodes])
+    return {n for n in nodes if found.get(ALIVE_KEY.format(n))}
+
+
+def run_received(run_id: Any, node: str) -> None:
+    """A worker took the run's dispatch off the queue (Celery's ``task_received``, in the
+    worker's main process, before the task waits for a free thread): the run's message is
+    that worker's now, and the sweeper leaves the run to it while it lives."""
+    try:
+        Run.objects.filter(pk=run_id, lease_expires_at__isnull=True).update(received_by=node[:200])
+    except Exception:  # the sweeper's older rule still finds the run
+        logger.warning("Could not note that %s received run %s", node, run_id, exc_info=True)
+    finally:
+        if connection.vendor != "sqlite":
+            connection.close()  # the consumer's thread holds no pool connection
+
+
+def run_received_signal(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    if request is not None and request.name == RUN_EXECUTE and request.args:
+        run_received(request.args[0], request.hostname or "")
+
+
+def run_queue_depth(queue: str = "") -> int | None:
+    """Messages waiting in the run queue (or ``queue``); None when the broker cannot say."""
+    from celery import current_app
+
+    try:
+        name = queue or current_app.amqp.router.route({}, RUN_EXECUTE)["queue"].name
+        with current_app.connection_for_read() as broker:
+            declared = broker.default_channel.queue_declare(queue=name, passive=True)
+        return int(declared.message_count)
+    except Exception as error:
+        if getattr(error, "code", None) == 404:  # no such queue yet: nothing waits in it
+            return 0
+        logger.warning("Could not read the run queue's depth", exc_info=True)
+        return None
+
+
+def runs_to_sweep(
+    *, limit: int = 500, queued: Callable[[], int | None] = run_queue_depth
+) -> list[Any]:
+    """Active runs whose worker is gone, and runs whose dispatch was lost; never a run whose
+    message still waits in the queue or in a live worker.
+
+    - A lease that expired: its worker stopped renewing it (killed, frozen, cut off).
+    - An active run nobody claimed for a lease (created, or resumed after a decision):
+      received by a worker that is gone (its keeper stopped saying so), sent again; received
+      by a live one, left to it; received by none, sent again when the run queue is empty
+      (its message cannot be waiting) or after ``LOST_MESSAGE_LEASES`` leases behind a
+      backlog (a message lost while others wait). When the broker cannot say how many are
+      queued, sent again: a duplicate dispatch is harmless (the claim is conditional).
+    """
     now = timezone.now()
-    stale_created = now - timedelta(seconds=lease_seconds())
-    return list(
+    stale = now - timedelta(seconds=lease_seconds())
+    rows = list(
         Run.objects.filter(status__in=CLAIMABLE)
         .filter(
             Q(lease_expires_at__lt=now)
-            | Q(
-                lease_expires_at__isnull=True,
-                status=run_status.CREATED,
-                created_at__lt=stale_created,
-            )
-            | Q(
-                lease_expires_at__isnull=True,
-                started_at__isnull=False,
-                updated_at__lt=stale_created,
-            )
+            | Q(lease_expires_at__isnull=True, status=run_status.CREATED, created_at__lt=stale)
+            | Q(lease_expires_at__isnull=True, started_at__isnull=False, updated_at__lt=stale)
         )
         .order_by("updated_at")
-        .values_list("pk", flat=True)[:limit]
+        .values_list("pk", "lease_expires_at", "received_by", "updated_at")[:limit]
     )
+    alive = workers_alive({received for _, _, received, _ in rows if received})
+    long_lost = now - timedelta(seconds=lease_seconds() * LOST_MESSAGE_LEASES)
+    depth: int | None = -1  # not read yet
+    found = []
+    for pk, expires, received, updated in rows:
+        if expires is not None:
+            found.append(pk)
+        elif received:
+            if received not in alive:
+                found.append(pk)
+        else:
+            if depth == -1:
+                depth = queued()
+            if not depth or updated < long_lost:
+                found.append(pk)
+    return found

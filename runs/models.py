@@ -59,6 +59,10 @@ class Run(EvalAware):
     # lost workers, not resumes after a person's decision, which claim a released lease.
     lease_takeovers = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The worker (Celery node) that took the run's last dispatch off the queue, cleared at
+    # each dispatch: the sweeper sends a run again only when that worker is gone, or when
+    # nobody took it and its message cannot still be waiting in the queue.
+    received_by = models.CharField(max_length=200, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
