@@ -17,6 +17,7 @@ from mcp.client.stdio import stdio_client
 from harness_console import mcp_supervisor
 from harness_console.child_env import scrubbed_env
 
+from .config_stamp import config_changed
 from .core.mcp_reach import reach_from_schema, root_from_args
 from .core.tool_specs import MAX_DESCRIPTION
 from .models import McpServer, ToolDefinition
@@ -150,6 +151,7 @@ def mcp_discover(server: McpServer) -> list[str]:
     ToolDefinition.objects.filter(name__startswith=f"{PREFIX}:{server.name}:").exclude(
         name__in=names
     ).update(enabled=False)
+    config_changed()
     return names
 
 

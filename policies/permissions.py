@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
+from .config_stamp import config_changed
 from .core.default_policy import DEFAULT_POLICY_NAME
 from .core.paths import normalize_relative
 from .core.permissions import (
@@ -84,6 +85,7 @@ def policy_bump_version(*, policy: PolicyRow) -> None:
         PolicyRow.objects.filter(pk=policy.pk).update(version=F("version") + 1)
         policy.refresh_from_db(fields=["version"])
         PolicyChange.objects.create(policy=policy, version=policy.version)
+        config_changed()
 
 
 def parse_arguments(raw: str | None) -> dict[str, Any]:

@@ -47,13 +47,37 @@ def message_append(
 ) -> Message:
     """Append one row after the last; call inside the turn's checkpoint transaction.
     ``after``: the rows the caller already holds (saves asking the database for the last)."""
-    if after is not None:
-        last = after[-1].index if after else None
-    else:
+    if after is None:
         last = Message.objects.filter(run=run).aggregate(last=Max("index"))["last"]
-    return Message.objects.create(
+        after = [] if last is None else [Message(index=last)]
+    row = message_new(
         run=run,
-        index=0 if last is None else last + 1,
+        after=after,
+        role=role,
+        kind=kind,
+        content=content,
+        turn=turn,
+        tool_use_id=tool_use_id,
+    )
+    row.save(force_insert=True)
+    return row
+
+
+def message_new(
+    *,
+    run: Run,
+    after: list[Message],
+    role: str,
+    kind: str,
+    content: Any,
+    turn: int = 0,
+    tool_use_id: str = "",
+) -> Message:
+    """The row after ``after`` (the rows the caller holds), not yet saved: a checkpoint
+    inserts it with the rest of its step."""
+    return Message(
+        run=run,
+        index=after[-1].index + 1 if after else 0,
         role=role,
         kind=kind,
         content=content,

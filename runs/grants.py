@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from harness_console.roles import may_decide
+from policies.config_stamp import config_changed
 from policies.core.paths import PathRefused, normalize_relative
 from policies.core.permissions import Grant, PolicyError, Rule
 
@@ -56,6 +57,7 @@ def grant_revoke(*, grant: SessionGrant, user: Any) -> SessionGrant:
             revoked_at=timezone.now(), revoked_by=user
         )
         if updated:
+            config_changed()
             run_event_append(
                 run_id=grant.run_id,
                 type="grant.revoked",

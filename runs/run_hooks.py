@@ -14,6 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from policies.core.hook_runner import Binding
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.hooks import HooksHalted, HooksOutcome, hook_bindings_for, hooks_run
 from policies.models import ToolDefinition
@@ -34,8 +35,12 @@ def _event(run: Run, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _run(run: Run, phase: str, event: dict[str, Any]) -> HooksOutcome | None:
-    bindings = [b for b in hook_bindings_for(run.agent) if b.phase == phase]
+def _run(
+    run: Run, phase: str, event: dict[str, Any], bound: list[Binding] | None = None
+) -> HooksOutcome | None:
+    """``bound``: the bindings the caller holds (a driver keeps them for its claim)."""
+    every = bound if bound is not None else hook_bindings_for(run.agent)
+    bindings = [b for b in every if b.phase == phase]
     if not bindings:
         return None
     outcome = hooks_run(bindings, phase, event)  # type: ignore[arg-type]
@@ -87,16 +92,24 @@ def session_end(run: Run, *, outcome: str, reason: str) -> None:
         logger.exception("session_end hooks of run %s failed", run.pk)
 
 
-def pre_tool_use(run: Run, tool: str, arguments: Any) -> HooksHalted | None:
+def pre_tool_use(
+    run: Run, tool: str, arguments: Any, bound: list[Binding] | None = None
+) -> HooksHalted | None:
+    every = bound if bound is not None else hook_bindings_for(run.agent)
+    if not any(b.phase == "pre_tool_use" for b in every):
+        return None  # no event to build (its side effect may need a query)
     outcome = _run(
         run,
         "pre_tool_use",
         _event(run, tool=tool, arguments=arguments, side_effect=_side_effect(tool)),
+        every,
     )
     return outcome if isinstance(outcome, HooksHalted) else None
 
 
-def post_tool_use_transform(run: Run, tool: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def post_tool_use_transform(
+    run: Run, tool: str, bound: list[Binding] | None = None
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """The post_tool_use chain as a transform of the tool's output, applied before the
     output is stored, truncated or shown. A halting chain withholds the output (fail
     closed: a redaction handler that crashed must not let a secret through)."""
@@ -112,6 +125,7 @@ def post_tool_use_transform(run: Run, tool: str) -> Callable[[dict[str, Any]], d
                 status="ok" if output.get("ok") else "error",
                 decision="allow",
             ),
+            bound,
         )
         if outcome is None:
             return output

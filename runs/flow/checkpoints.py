@@ -1,24 +1,95 @@
 """The flow's writes (SPEC R7, R9): a stage's fields, its step rows and events, and a run's
 end. Each is written inside :func:`~runs.leases.fenced`, the transaction that commits only
-while the worker still holds the run's lease, so a worker that lost it writes nothing."""
+while the worker still holds the run's lease, so a worker that lost it writes nothing.
+
+The loop's own step is :func:`checkpoint`: what a model turn and its tool call wrote in
+memory (:class:`~runs.flow.driver_state.Pending`) goes in one transaction, its run fields
+in the fence's own statement, its rows and events each in one bulk insert.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from itertools import groupby
 from typing import Any
 
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
+
+from harness_console.web.live import event_publish
 
 from ..approval_outcomes import approvals_cancel
 from ..core import status as run_status
 from ..events import run_event_append
-from ..leases import Lease, LeaseLost, fenced
+from ..leases import Lease, LeaseLost, fence_write, fenced
 from ..lifecycle import run_transition, steps_close
-from ..models import Run, Step, ToolCall
+from ..models import Run, RunEvent, Step, ToolCall
 from ..run_hooks import session_end
+from .driver_state import Driver, Pending
 from .outcomes import Ended, Lost
 
 logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def checkpoint(driver: Driver) -> Iterator[None]:
+    """A fenced transaction that writes what the driver holds pending first, then the
+    caller's writes, then what the caller deferred meanwhile (the tool call's result, say).
+
+    What is pending goes in the fence's own statement (run fields, event numbers) and one
+    bulk insert per table. A worker that lost the run raises
+    :class:`~runs.leases.LeaseLost` before writing anything, and drops what it held: the
+    run goes on from its last checkpoint with its next holder.
+    """
+    pending, driver.pending = driver.pending, Pending()
+    with transaction.atomic():
+        _pending_write(driver, pending)
+        yield
+        if driver.pending:
+            later, driver.pending = driver.pending, Pending()
+            _pending_write(driver, later)
+
+
+def defer_fields(driver: Driver, run: Run, **fields: Any) -> None:
+    """Run fields for the next checkpoint, applied to ``run`` in memory now."""
+    driver.pending.set.update(fields)
+    for name, value in fields.items():
+        setattr(run, name, value)
+
+
+def defer_added(driver: Driver, run: Run, **amounts: Any) -> None:
+    """Counters the next checkpoint adds to (in its statement: a concurrent writer's
+    additions are kept), added to ``run`` in memory now."""
+    for name, amount in amounts.items():
+        driver.pending.add[name] = driver.pending.add.get(name, 0) + amount
+        setattr(run, name, getattr(run, name) + amount)
+
+
+def defer_event(driver: Driver, type: str, payload: dict[str, Any]) -> None:
+    driver.pending.events.append((type, payload))
+
+
+def _pending_write(driver: Driver, pending: Pending) -> None:
+    """The fence and the run's fields in one statement, then the rows and events."""
+    fields: dict[str, Any] = dict(pending.set)
+    for name, amount in pending.add.items():
+        fields[name] = F(name) + amount
+    last, cancelled = fence_write(driver.lease, fields, len(pending.events))
+    driver.cancelled = driver.cancelled or cancelled
+    for model, rows in groupby(pending.rows, key=type):
+        model._default_manager.bulk_create(list(rows))
+    if pending.events:
+        first = last - len(pending.events) + 1
+        events = RunEvent.objects.bulk_create(
+            RunEvent(run_id=driver.lease.run_id, seq=first + i, type=kind, payload=payload)
+            for i, (kind, payload) in enumerate(pending.events)
+        )
+        for event in events:
+            transaction.on_commit(partial(event_publish, event), robust=True)
 
 
 def run_fields_write(run: Run, **fields: Any) -> None:

@@ -14,7 +14,7 @@ from ..lifecycle import run_transition
 from ..models import Run
 from ..services import cancel_if_requested
 from .approval import approval_stage
-from .checkpoints import run_fail, username
+from .checkpoints import checkpoint, run_fail, username
 from .commit import commit_stage
 from .driver_state import Driver
 from .intake import intake_stage
@@ -61,6 +61,9 @@ def run_drive(*, run_id: Any, worker: str) -> None:
             for _ in range(MAX_UNITS_PER_CLAIM):
                 if not isinstance(_advance(driver), Next):
                     break
+            if driver.pending:  # a stage that stopped with writes held: they are the run's
+                with checkpoint(driver):
+                    pass
     except LeaseLost as error:
         logger.warning("Stopping: %s", error)
     except Exception as error:  # a harness bug: the run fails and says why, nothing is lost
@@ -72,9 +75,21 @@ def run_drive(*, run_id: Any, worker: str) -> None:
 
 
 def _advance(driver: Driver) -> StageOutcome:
+    """One unit of the stage the run is in. The run's row is read again only when the last
+    unit did not leave it current in memory (the model turn and the tool step do: they
+    wrote every field they changed, so reading it again would read what they wrote); a
+    cancel is seen by the lease keeper or by the checkpoint's own statement."""
     if driver.beat.lost:
         raise LeaseLost(f"The lease of run {driver.lease.run_id} expired.")
-    run = Run.objects.select_related("agent", "workspace", "requester").get(pk=driver.lease.run_id)
+    if driver.run is None or not driver.current or driver.cancelled or driver.beat.cancelled:
+        if driver.pending:
+            with checkpoint(driver):
+                pass
+        driver.run = Run.objects.select_related("agent", "workspace", "requester").get(
+            pk=driver.lease.run_id
+        )
+        driver.cancelled = driver.run.cancel_requested_at is not None
+    run, driver.current = driver.run, False
     if run.status == run_status.WAITING_FOR_ANSWER:
         return Waits("answer")
     if run.status == run_status.WAITING_FOR_APPROVAL:

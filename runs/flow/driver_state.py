@@ -5,14 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import models
+
 from ..leases import Heartbeat, Lease
-from ..models import Message
+from ..models import Message, Run
+
+
+@dataclass
+class Pending:
+    """Writes made in memory that the next checkpoint commits with its own, in its one
+    transaction: the run's fields (``set``; ``add``: counters, added in the statement),
+    new rows in order, and events in order."""
+
+    set: dict[str, Any] = field(default_factory=dict)
+    add: dict[str, int | Any] = field(default_factory=dict)
+    rows: list[models.Model] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.set or self.add or self.rows or self.events)
 
 
 @dataclass
 class Driver:
     """Everything else is re-read from the run's row or checkpointed: a worker that dies
-    loses only this."""
+    loses only this. ``run`` is the run as this claim last wrote it; ``current`` says
+    whether it still is (a stage that wrote through other paths leaves it stale, and the
+    driver reads the row again); ``fresh_uses`` are the tool_use ids the model asked for
+    in this claim, which no earlier worker can have started, journalled or asked about."""
 
     lease: Lease
     beat: Heartbeat
@@ -20,3 +40,9 @@ class Driver:
     model: Any = None
     system: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
+    run: Run | None = None
+    current: bool = False
+    cancelled: bool = False
+    pending: Pending = field(default_factory=Pending)
+    fresh_uses: set[str] = field(default_factory=set)
+    config: Any = None  # runs.flow.config.RunConfig, read once per claim, kept fresh

@@ -9,19 +9,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F
 from django.utils import timezone
 
 from policies.context import context_build
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.permissions import policy_for_agent
 
-from ..conversation import message_append, messages_for_api
+from ..conversation import message_append, message_new, messages_for_api
 from ..core import loop
 from ..core import status as run_status
 from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
 from ..core.model_turns import OFFLINE_REPLAY, ModelError, ModelTurn, Usage
-from ..events import run_event_append
 from ..leases import fenced
 from ..lifecycle import run_transition
 from ..model_clients import model_for_run, system_blocks
@@ -31,7 +29,17 @@ from ..observability.core.cost import Tokens, run_basis
 from ..observability.pricing import CallCost, call_cost
 from ..run_hooks import session_start
 from ..tools.registry import tool_definitions_for
-from .checkpoints import drafts_of, run_fail, run_fields_write, step_begin, step_end
+from .checkpoints import (
+    checkpoint,
+    defer_added,
+    defer_event,
+    defer_fields,
+    drafts_of,
+    run_fail,
+    run_fields_write,
+    step_begin,
+    step_end,
+)
 from .driver_state import Driver
 from .intake import task_text
 from .outcomes import NEXT, StageOutcome
@@ -181,10 +189,13 @@ class _Turn:
 
 def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn) -> None:
     """The model call, its assistant message, the run's usage and cost, the loop's next
-    state and the events, in one fenced transaction: a turn is recorded once or not."""
+    state and the events, all or nothing. A turn that asks for tools is held for the
+    checkpoint of its first call (it commits with the call's journal or its result, in one
+    transaction); any other is written now. A worker that dies before that checkpoint
+    asks the model again on resume: the turn is recorded once or not at all."""
     reply, usage, priced, compacted = turn.reply, turn.usage, turn.priced, turn.compacted
-    with fenced(driver.lease):
-        ModelCall.objects.create(
+    driver.pending.rows.append(
+        ModelCall(
             run=run,
             turn=turn.state.turn,
             label=reply.label,
@@ -201,31 +212,38 @@ def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn
             cost_basis=priced.basis,
             price_id=priced.price_id,
         )
-        row = message_append(
-            run=run,
-            after=driver.rows,
-            role="assistant",
-            kind="assistant",
-            content=list(reply.content) or [{"type": "text", "text": reply.text or "(empty)"}],
-            turn=turn.state.turn,
-        )
-        fields: dict[str, Any] = {
-            "loop": {**data, "state": loop.state_to_json(turn.new_state)},
-            "input_tokens": F("input_tokens") + usage.input_tokens,
-            "output_tokens": F("output_tokens") + usage.output_tokens,
-            "cache_creation_input_tokens": F("cache_creation_input_tokens")
-            + usage.cache_creation_input_tokens,
-            "cache_read_input_tokens": F("cache_read_input_tokens") + usage.cache_read_input_tokens,
-            "cost_usd": F("cost_usd") + (priced.cost_usd or 0),
-        }
-        if (basis := run_basis(run.cost_basis, priced.basis)) != run.cost_basis:
-            fields["cost_basis"] = basis
-        if compacted.tier > 1 and compacted.to_json() != run.compaction:
-            fields["compaction"] = compacted.to_json()
-            run_event_append(run_id=run.pk, type="compaction", payload=compacted.to_json())
-        run_fields_write(run, **fields)
-        run_event_append(run_id=run.pk, type="model.turn", payload=_turn_event(turn))
+    )
+    row = message_new(
+        run=run,
+        after=driver.rows,
+        role="assistant",
+        kind="assistant",
+        content=list(reply.content) or [{"type": "text", "text": reply.text or "(empty)"}],
+        turn=turn.state.turn,
+    )
+    driver.pending.rows.append(row)
+    defer_added(
+        driver,
+        run,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_creation_input_tokens=usage.cache_creation_input_tokens,
+        cache_read_input_tokens=usage.cache_read_input_tokens,
+        cost_usd=priced.cost_usd or 0,
+    )
+    defer_fields(driver, run, loop={**data, "state": loop.state_to_json(turn.new_state)})
+    if (basis := run_basis(run.cost_basis, priced.basis)) != run.cost_basis:
+        defer_fields(driver, run, cost_basis=basis)
+    if compacted.tier > 1 and compacted.to_json() != run.compaction:
+        defer_fields(driver, run, compaction=compacted.to_json())
+        defer_event(driver, "compaction", compacted.to_json())
+    defer_event(driver, "model.turn", _turn_event(turn))
     driver.rows.append(row)
+    driver.fresh_uses.update(u.id for u in reply.tool_uses)
+    if turn.new_state.phase != loop.TOOL_EXEC:
+        with checkpoint(driver):
+            pass
+    driver.current = True
 
 
 def _turn_event(turn: _Turn) -> dict[str, Any]:

@@ -5,6 +5,7 @@ call the policy asks about waits for a person; the decision comes back here
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -16,11 +17,16 @@ from approvals.fingerprint import fingerprint_now
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
 from policies.core.tool_specs import SHELL_TOOL
-from policies.permissions import policy_for_agent
 
 from .. import run_hooks
 from ..approval_outcomes import approval_ask
-from ..conversation import last_tool_use, message_append, tool_result_block, tool_use_position
+from ..conversation import (
+    last_tool_use,
+    message_append,
+    message_new,
+    tool_result_block,
+    tool_use_position,
+)
 from ..core import loop
 from ..core import status as run_status
 from ..events import run_event_append
@@ -32,7 +38,15 @@ from ..tools.decide import builtin_of, tool_definition
 from ..tools.journal import ToolCallStarted
 from ..tools.record import tool_output
 from .approval import approval_holds, edited_note
-from .checkpoints import run_fields_write, tool_event, username
+from .checkpoints import (
+    checkpoint,
+    defer_event,
+    defer_fields,
+    run_fields_write,
+    tool_event,
+    username,
+)
+from .config import run_config
 from .driver_state import Driver
 from .harness_calls import running_call_recover
 from .intake import boundary_check
@@ -50,26 +64,40 @@ def tool_step(
     block = last_tool_use(driver.rows, tool_use_id)
     if block is None:
         raise loop.InvalidLoopEvent(f"No tool_use {tool_use_id} in the conversation.")
-    record = running_call_recover(
-        driver, run, ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
-    )
+    record, finished = None, None
+    if tool_use_id not in driver.fresh_uses:  # asked before this claim: maybe started
+        record = running_call_recover(
+            driver, run, ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
+        )
     if record is None:
         limit = settings.HARNESS_MAX_TOOL_CALLS_PER_TURN
         position = tool_use_position(driver.rows, tool_use_id)
         if position >= limit:
-            with fenced(driver.lease):
-                record = _over_the_turn_limit(run, block, position, limit)
+            with checkpoint(driver):
+                record = _over_the_turn_limit(driver, run, block, position, limit)
         else:
-            record = _tool_call(driver, run, block, data)
+
+            def recorded(record: ToolCall) -> None:  # in the record's own transaction
+                nonlocal finished
+                finished = _tool_finished(driver, run, state, data, record)
+
+            record = _tool_call(driver, run, block, data, recorded)
             if record is None:
                 return Waits("approval")
-    return _tool_finished(driver, run, state, data, record)
+    if finished is None:
+        finished = _tool_finished(driver, run, state, data, record)
+        with checkpoint(driver):
+            pass
+    driver.current = True
+    return finished
 
 
-def _over_the_turn_limit(run: Run, block: dict[str, Any], position: int, limit: int) -> ToolCall:
+def _over_the_turn_limit(
+    driver: Driver, run: Run, block: dict[str, Any], position: int, limit: int
+) -> ToolCall:
     """A tool call past the turn's limit: refused before any check or effect, and recorded
     like every refusal, so the model hears why and the run's record shows the spam."""
-    policy = policy_for_agent(run.agent)
+    policy = run_config(driver, run).policy
     reason = (
         f"at most {limit} tool calls per model turn; this was call {position + 1}: "
         "make fewer calls, or continue in the next turn"
@@ -93,15 +121,24 @@ def _over_the_turn_limit(run: Run, block: dict[str, Any], position: int, limit: 
 
 
 def _tool_call(
-    driver: Driver, run: Run, block: dict[str, Any], data: dict[str, Any]
+    driver: Driver,
+    run: Run,
+    block: dict[str, Any],
+    data: dict[str, Any],
+    recorded: Callable[[ToolCall], None],
 ) -> ToolCall | None:
-    """The call through the one door; None when it waits for a person."""
+    """The call through the one door; None when it waits for a person. ``recorded``
+    writes the call's result with its record (not after an approver's edit: the note
+    about it is added to the record first)."""
     tool_use_id, tool, arguments = block["id"], block["name"], block.get("input") or {}
-    policy = policy_for_agent(run.agent)
-    approval = _approval_for(driver, run, tool_use_id, policy.version)
+    config = run_config(driver, run)
+    policy = config.policy
+    approval = None
+    if tool_use_id not in driver.fresh_uses:  # nobody can have approved a call just asked
+        approval = _approval_for(driver, run, tool_use_id, policy.version)
 
     def before_run(tool: str, arguments: dict[str, Any]) -> tuple[str, str] | None:
-        halted = run_hooks.pre_tool_use(run, tool, arguments)
+        halted = run_hooks.pre_tool_use(run, tool, arguments, config.hooks)
         if halted is None:
             return None
         return f"hook:{halted.handler}", f"halted by the {halted.handler} hook: {halted.reason}"
@@ -113,13 +150,16 @@ def _tool_call(
             arguments=arguments,
             policy=policy,
             run=run,
+            grants=config.grants,
             tool_use_id=tool_use_id,
             hold_asks=True,
             approved_by=approval.decided_by if approval is not None else None,
             boundary=boundary_check(run),
-            transform=run_hooks.post_tool_use_transform(run, tool),
+            transform=run_hooks.post_tool_use_transform(run, tool, config.hooks),
             before_run=before_run,
-            fence=partial(fenced, driver.lease),
+            fence=partial(checkpoint, driver),
+            recorded=recorded if approval is None or not approval.edited_diff else None,
+            definition_of=config.definition,
         )
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None
@@ -129,7 +169,7 @@ def _tool_call(
         problem = _preflight(run, record)
         if problem:  # never ask a person to approve what cannot happen
             record.status, record.error, record.finished_at = "refused", problem, timezone.now()
-            with fenced(driver.lease):
+            with checkpoint(driver):
                 record.save()
             return record
         _ask(driver, run, record, data)
@@ -197,7 +237,7 @@ def _ask(driver: Driver, run: Run, record: ToolCall, data: dict[str, Any]) -> No
         paths=paths,
         policy_version=record.policy_version,
     )
-    with fenced(driver.lease):
+    with checkpoint(driver):
         approval = approval_ask(
             run=run,
             fingerprint=fingerprint,
@@ -276,23 +316,24 @@ def _refusal_record(
 def _tool_finished(
     driver: Driver, run: Run, state: loop.LoopState, data: dict[str, Any], record: ToolCall
 ) -> StageOutcome | loop.FinalOutput:
-    """The call's result as the model's next message, the loop's next state, the event."""
+    """The call's result as the model's next message, the loop's next state, the event:
+    held for the checkpoint the caller is in, or opens next."""
     output = tool_output(record)
     new_state, action = loop.step(
         state,
         loop.ToolFinished(record.tool_use_id, ok=record.status == "ok", recoverable=True),
     )
-    with fenced(driver.lease):
-        row = message_append(
-            run=run,
-            after=driver.rows,
-            role="user",
-            kind="tool_result",
-            content=tool_result_block(record.tool_use_id, output),
-            turn=state.turn,
-            tool_use_id=record.tool_use_id,
-        )
-        run_fields_write(run, loop={**data, "state": loop.state_to_json(new_state)})
-        run_event_append(run_id=run.pk, type="tool.call", payload=tool_event(record))
+    row = message_new(
+        run=run,
+        after=driver.rows,
+        role="user",
+        kind="tool_result",
+        content=tool_result_block(record.tool_use_id, output),
+        turn=state.turn,
+        tool_use_id=record.tool_use_id,
+    )
+    driver.pending.rows.append(row)
+    defer_fields(driver, run, loop={**data, "state": loop.state_to_json(new_state)})
+    defer_event(driver, "tool.call", tool_event(record))
     driver.rows.append(row)
     return action if isinstance(action, loop.FinalOutput) else NEXT

@@ -17,8 +17,8 @@ records every call, the model's and the harness's, built-in and MCP, and so does
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from django.db import transaction
@@ -50,6 +50,7 @@ from .record import instructions_after_writes, tool_call_record, tool_reply_tran
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 BeforeRun = Callable[[str, dict[str, Any]], tuple[str, str] | None]
 Fence = Callable[[], AbstractContextManager[Any]]
+Recorded = Callable[[ToolCall], None]
 
 
 @traced_tool_call
@@ -69,6 +70,8 @@ def tool_call_run(
     transform: Transform | None = None,
     before_run: BeforeRun | None = None,
     fence: Fence = transaction.atomic,
+    recorded: Recorded | None = None,
+    definition_of: Callable[[str], ToolDefinition | None] | None = None,
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
@@ -83,7 +86,10 @@ def tool_call_run(
     ``before_run`` (the pre_tool_use hooks) runs once the call is allowed, and may still
     refuse it with a (rule, reason); ``fence`` is the transaction that journals the call and
     records it with its effects (a run's lease fence: a worker that lost the run raises
-    :class:`~runs.leases.LeaseLost` there and changes nothing).
+    :class:`~runs.leases.LeaseLost` there and changes nothing); ``recorded`` is called with
+    the finished record inside the transaction that records it (a run's checkpoint writes
+    the call's result message there too: one transaction); ``definition_of`` finds the
+    tool's definition (a driver keeps them for its claim).
     """
     if grants is None:
         grants = grants_for_run(run) if run is not None else ()
@@ -97,9 +103,13 @@ def tool_call_run(
         policy_version=policy.version,
         requested_by=user if getattr(user, "pk", None) else None,
     )
-    definition = tool_definition(tool, for_evals=run is not None and run.agent.for_evals)
+    if definition_of is not None:
+        definition = definition_of(tool)
+    else:
+        definition = tool_definition(tool, for_evals=run is not None and run.agent.for_evals)
+    final = _Final(fence, recorded)
     if refused := arguments_refusal(definition, tool, arguments):
-        return _refuse(record, refused, fence)
+        return _refuse(record, refused, final)
     assert definition is not None and isinstance(arguments, dict)
     if definition.source == "mcp":
         return _mcp(
@@ -111,7 +121,7 @@ def tool_call_run(
             grants,
             transform,
             before_run,
-            fence=fence,
+            final=final,
             hold_asks=hold_asks,
             approved_by=approved_by,
         )
@@ -130,8 +140,23 @@ def tool_call_run(
         boundary=boundary,
         transform=transform,
         before_run=before_run,
-        fence=fence,
+        final=final,
     )
+
+
+class _Final:
+    """The call's fence, and what the caller writes with the finished record in the same
+    transaction (``recorded``)."""
+
+    def __init__(self, fence: Fence, recorded: Recorded | None) -> None:
+        self.fence, self.recorded = fence, recorded
+
+    @contextmanager
+    def recording(self, record: ToolCall) -> Iterator[None]:
+        with self.fence():
+            yield
+            if self.recorded is not None:
+                self.recorded(record)
 
 
 def _builtin(
@@ -150,7 +175,7 @@ def _builtin(
     boundary: BoundaryCheck | None,
     transform: Transform | None,
     before_run: BeforeRun | None,
-    fence: Fence,
+    final: _Final,
 ) -> ToolCall:
     """A built-in (or custom) tool: decided by its paths, the boundaries and the policy;
     an ask is handed back unsaved (``hold_asks``) or refused; an allowed call runs in a
@@ -167,16 +192,18 @@ def _builtin(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        return _asked(record, decided, hold_asks=hold_asks, fence=fence)
+        return _asked(record, decided, hold_asks=hold_asks, final=final)
     if isinstance(decided, Refused):
-        return _refuse(record, decided, fence)
+        return _refuse(record, decided, final)
     _allow(record, decided)
     if before_run is not None and (halted := before_run(tool, arguments)):
-        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), fence)
+        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), final)
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
-    if run is not None and tool_use_id:
-        journal_open(record, definition, decided.paths, workspace, drafts, fence=fence)
+    # At most once is about effects: a call that changes nothing is journalled with its
+    # result (run again after a crash, it does no harm), one that may is journalled first.
+    if run is not None and tool_use_id and side_effect(definition) != "none":
+        journal_open(record, definition, decided.paths, workspace, drafts, fence=final.fence)
     keys = [k for k in PATH_ARGUMENTS if k in arguments]
     context = child_context_build(
         tool=tool,
@@ -198,7 +225,7 @@ def _builtin(
         context=context,
     )
     reply = tool_reply_transformed(reply, transform)
-    with fence():
+    with final.recording(record):
         reply = effects_applied(
             reply,
             may_write=side_effect(definition) == "filesystem_write",
@@ -220,7 +247,7 @@ def _mcp(
     transform: Transform | None,
     before_run: BeforeRun | None,
     *,
-    fence: Fence,
+    final: _Final,
     hold_asks: bool = False,
     approved_by: Any = None,
 ) -> ToolCall:
@@ -230,7 +257,7 @@ def _mcp(
     whole-root tool its server sets to ask is handed back unsaved (``hold_asks``) before
     anything is journalled, like a built-in tool's ask; ``approved_by`` is the yes."""
     if before_run is not None and (halted := before_run(record.tool, arguments)):
-        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), fence)
+        return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), final)
     now = timezone.now()
     server, decided = mcp_decide(
         definition=definition,
@@ -243,11 +270,11 @@ def _mcp(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        return _asked(record, decided, hold_asks=hold_asks, fence=fence)
+        return _asked(record, decided, hold_asks=hold_asks, final=final)
     if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
-        journal_open(record, definition, fence=fence)
+        journal_open(record, definition, fence=final.fence)
     if isinstance(decided, Refused):
-        return _refuse(record, decided, fence)
+        return _refuse(record, decided, final)
     _allow(record, decided)
     assert server is not None
     record.attempts = 1
@@ -255,11 +282,11 @@ def _mcp(
         server=server, definition=definition, arguments=arguments, workspace=workspace, now=now
     )
     reply = tool_reply_transformed(reply, transform)
-    with fence():
+    with final.recording(record):
         return tool_call_record(record, reply)
 
 
-def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool, fence: Fence) -> ToolCall:
+def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool, final: _Final) -> ToolCall:
     """A call a person must approve: handed back unsaved for the caller to ask one
     (``hold_asks``), else refused, since nobody is there to ask."""
     verdict = decided.verdict
@@ -277,7 +304,7 @@ def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool, fence: 
     return _refuse(
         record,
         Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
-        fence,
+        final,
     )
 
 
@@ -289,7 +316,7 @@ def _allow(record: ToolCall, allowed: Allowed) -> None:
         record.approved_by = allowed.approved_by
 
 
-def _refuse(record: ToolCall, refused: Refused, fence: Fence = transaction.atomic) -> ToolCall:
+def _refuse(record: ToolCall, refused: Refused, final: _Final) -> ToolCall:
     """Every refusal is recorded too (SPEC P6): who asked for what, and why not; under the
     run's fence, like every record, so a worker that lost the run writes none."""
     if refused.rule:
@@ -300,6 +327,6 @@ def _refuse(record: ToolCall, refused: Refused, fence: Fence = transaction.atomi
     record.decision, record.reason, record.status = refused.decision, refused.reason, "refused"
     record.error = refused.reason
     record.finished_at = timezone.now()
-    with fence():
+    with final.recording(record):
         record.save()
     return record

@@ -1,0 +1,52 @@
+"""A stamp that changes whenever anything a tool call is decided by changes (SPEC P3–P7).
+
+A worker driving a run keeps the run's policy, rules, tool definitions, hook bindings and
+grants in memory for the claim instead of reading them again before every tool call; it
+reads this stamp instead (one cache read: the cache is every process's, web and workers),
+and reads the rows again when it moved. The stamp moves once the change is committed, so
+a worker that sees the new stamp also sees the new rows. It is a random token, not a
+counter: a cache that lost it (evicted, flushed) gives a stamp no worker holds, and every
+worker reads its rows again, which is the safe side.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+
+KEY = "harness:decision-config-stamp"
+STAMP_SECONDS = 7 * 24 * 3600
+
+# Models whose rows decide tool calls; a save or delete of any moves the stamp.
+MODELS = (
+    "policies.Agent",
+    "policies.Policy",
+    "policies.PolicyRule",
+    "policies.ToolDefinition",
+    "policies.HookBinding",
+    "policies.McpServer",
+    "runs.SessionGrant",
+)
+
+
+def config_stamp() -> str:
+    """The stamp now: created when the cache has none."""
+    stamp = cache.get(KEY)
+    if stamp is None:
+        cache.add(KEY, uuid.uuid4().hex, STAMP_SECONDS)
+        stamp = cache.get(KEY) or ""
+    return str(stamp)
+
+
+def config_changed() -> None:
+    """Move the stamp once the current transaction commits (at once outside one). Call
+    after a bulk ``update()`` of a model in MODELS, which sends no signal."""
+    transaction.on_commit(lambda: cache.set(KEY, uuid.uuid4().hex, STAMP_SECONDS), robust=True)
+
+
+def config_row_changed(sender: Any, **kwargs: Any) -> None:
+    """post_save / post_delete receiver for the models in MODELS."""
+    config_changed()
