@@ -18,6 +18,12 @@ named ``bench-loop``. ``--profile`` adds a cProfile of one run driven in this pr
    every column; PostgreSQL: pg_column_size of each row).
 3. Approval decision -> the run's next event: runs that patch a draft and wait for the commit
    approval; each is approved in turn and timed until the worker's next event.
+
+LangGraph 1.2's durable loop (../shared/bench/peer_langgraph.py, in its own virtualenv:
+``var/peer-venv``, or ``--peer-python``; its README says how to install it) runs in the same
+bench, interleaved with ours round by round (``--rounds``), on the same database kind: the
+goal is a harness overhead per step at most half its time per step. Without the peer's
+virtualenv the bench says so and compares with nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ import json
 import pstats
 import re
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +85,11 @@ from runs.tools.decide import side_effect
 from runs.tools.execute import IN_PROCESS
 from runs.tools.isolation import run_isolated
 
-# LangGraph 1.2 on this machine (../shared/NOTES.md), model and tool calls free.
-LANGGRAPH_MS = {"sqlite": 4.0, "postgresql": 5.1}
-LANGGRAPH_BYTES = 1_970_000
+PEER = ROOT.parent / "shared" / "bench" / "peer_langgraph.py"
+PEER_PYTHON = ROOT / "var" / "peer-venv" / "bin" / "python"
+PEER_LINE = re.compile(r"^langgraph (\w+) N=50: median_us_per_step=(\d+)", re.M)
+PLAIN_LINE = re.compile(r"^plain-python \(no langgraph\) N=50: median_us_per_step=(\d+)", re.M)
+LANGGRAPH_BYTES = 1_970_000  # its storage per 50-step run (../shared/bench/README.md)
 TINY = "# Tiny\n\nA tiny page about the loop.\n"
 ARGUMENTS = {"searchDocs": {"query": "tiny loop"}, "readSource": {"path": "docs/tiny.md"}}
 # What --profile lists: the console's code, and the hop to the channel layer.
@@ -208,11 +219,6 @@ def floor_run(fx: dict[str, Any], tool: str, path: Path, steps: int) -> dict[str
 
 
 def bench_steps(fx: dict[str, Any], steps: int) -> tuple[Run, float]:
-    print(f"1. per agent step, {steps}-step runs in a real Celery worker, everything persisted")
-    print(
-        f"{'tool':<24}{'harness':>10}{'(median)':>10}{'floor':>10}{'overhead':>10}"
-        f"{'ratio':>8}   run start->end / steps"
-    )
     kept, headline = None, 0.0
     for tool, where in (("searchDocs", "in-process"), ("readSource", "child process")):
         request, path = loop_script(tool, steps)
@@ -233,7 +239,70 @@ def bench_steps(fx: dict[str, Any], steps: int) -> tuple[Run, float]:
             )
         if kept is None:
             kept, headline = run, overhead
+    assert kept is not None
     return kept, headline
+
+
+def peer_step_ms(python: Path, vendor: str, dsn: str) -> tuple[float, float] | None:
+    """LangGraph's median per step on ``vendor`` and its plain-Python floor, in ms: one
+    quick pass of the peer script (5 timed runs per configuration)."""
+    argv = [str(python), str(PEER), "--runs", "5", "--warmup", "1"]
+    argv += ["--pg-dsn", dsn] if vendor == "postgres" else ["--no-postgres"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    found = dict(PEER_LINE.findall(done.stdout))
+    plain = PLAIN_LINE.search(done.stdout)
+    if vendor not in found or plain is None:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        print(f"   the peer did not report {vendor}: {' | '.join(tail)}")
+        return None
+    return int(found[vendor]) / 1000, int(plain.group(1)) / 1000
+
+
+@contextmanager
+def peer_database() -> Iterator[str]:
+    """On PostgreSQL the peer truncates its tables: a database of its own, dropped after."""
+    if connection.vendor != "postgresql":
+        yield ""
+        return
+    name = f"{connection.settings_dict['NAME']}_peer"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    s = connection.settings_dict
+    dsn = f"postgresql://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{name}"
+    try:
+        yield dsn
+    finally:
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def bench_rounds(fx: dict[str, Any], steps: int, rounds: int, peer: Path | None) -> Any:
+    """Our loop and LangGraph's, alternately, ``rounds`` times: a machine's drift hits both."""
+    vendor = "postgres" if connection.vendor == "postgresql" else "sqlite"
+    print(f"1. per agent step, {steps}-step runs in a real Celery worker, everything persisted")
+    ours: list[float] = []
+    theirs: list[tuple[float, float]] = []
+    kept = None
+    with peer_database() as dsn:
+        for i in range(rounds):
+            if peer is not None:
+                measured = peer_step_ms(peer, vendor, dsn)
+                if measured is not None:
+                    theirs.append(measured)
+                    print(
+                        f"   round {i + 1}: LangGraph 1.2 {vendor} {measured[0]:.2f} ms/step "
+                        f"(its plain-Python floor {measured[1]:.2f} ms)"
+                    )
+            print(
+                f"{'tool':<24}{'harness':>10}{'(median)':>10}{'floor':>10}{'overhead':>10}"
+                f"{'ratio':>8}   run start->end / steps"
+            )
+            run, overhead = bench_steps(fx, steps)
+            kept = kept or run
+            ours.append(overhead)
+    return kept, statistics.median(ours), theirs
 
 
 # --- 2. storage ----------------------------------------------------------------------------
@@ -335,18 +404,25 @@ def bench_approvals(fx: dict[str, Any], count: int) -> None:
 
 
 # --- reference, goals, profile -------------------------------------------------------------
-def goals(overhead: float, size: int) -> None:
+def goals(overhead: float, size: int, theirs: list[tuple[float, float]]) -> None:
     vendor = "postgresql" if connection.vendor == "postgresql" else "sqlite"
-    reference = LANGGRAPH_MS[vendor]
-    print(
-        "\nLangGraph 1.2 SQLite checkpointer ≈4.0 ms/step (≈5.1 ms PostgreSQL), 1.97 MB per "
-        "50-step run; goal: half the time, a tenth of the storage"
-    )
-    met = "met" if overhead * 1000 <= reference / 2 else "NOT met"
-    print(
-        f"time:    harness overhead {overhead * 1000:.2f} ms/step (searchDocs) vs goal "
-        f"{reference / 2:.2f} ms ({vendor}; LangGraph's calls were free): {met}"
-    )
+    print("\ngoal: a harness overhead per step at most half LangGraph's step, a tenth its storage")
+    if theirs:
+        reference = statistics.median(t for t, _ in theirs)
+        ratio = overhead * 1000 / reference
+        verdict = (
+            "met" if ratio <= 0.5 else f"NOT met, by {overhead * 1000 - reference / 2:.2f} ms/step"
+        )
+        print(
+            f"time:    harness overhead {overhead * 1000:.2f} ms/step (searchDocs, median of "
+            f"rounds) vs LangGraph 1.2 {reference:.2f} ms/step on {vendor}, measured in this "
+            f"run: {ratio:.2f}x (goal <= 0.5x): {verdict}"
+        )
+    else:
+        print(
+            f"time:    harness overhead {overhead * 1000:.2f} ms/step; LangGraph not measured "
+            f"(no peer virtualenv at {PEER_PYTHON}: see ../shared/bench/README.md)"
+        )
     met = "met" if size <= LANGGRAPH_BYTES / 10 else "NOT met"
     print(f"storage: {size:,} bytes vs goal {LANGGRAPH_BYTES // 10:,} bytes: {met}")
 
@@ -376,7 +452,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--approvals", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="cProfile a run in-process")
+    parser.add_argument("--rounds", type=int, default=3, help="ours and LangGraph's, alternately")
+    parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     args = parser.parse_args()
+    peer = args.peer_python if args.peer_python.exists() and PEER.exists() else None
     with own_databases(PLACE, logs="the worker's log is"):
         worker = BenchStack(log_dir=VAR_DIR / "logs")
         try:
@@ -388,10 +467,10 @@ def main() -> None:
                 else "production (PostgreSQL, Redis broker)"
             )
             print(f"configuration: {config}\n")
-            run, overhead = bench_steps(fx, args.steps)
+            run, overhead, theirs = bench_rounds(fx, args.steps, args.rounds, peer)
             size = storage(run, args.steps)
             bench_approvals(fx, args.approvals)
-            goals(overhead, size)
+            goals(overhead, size, theirs)
             if args.profile:
                 profile(fx, args.steps)
         finally:
