@@ -185,6 +185,7 @@ class _Supervisor:
         self.stdin, self.stdout, self.stderr, self.pidfd = stdin, stdout, stderr, pidfd
         self.lock = threading.Lock()
         self.closed = False
+        self.sent = 0  # how much of the request is in its stdin already
 
     def signal(self, sig: int) -> None:
         with self.lock, contextlib.suppress(ProcessLookupError, OSError):
@@ -320,13 +321,19 @@ class _ForkServer:
         self._reader = threading.Thread(target=self._read, name="tool-fork-server", daemon=True)
         self._reader.start()
 
-    def start(self) -> _Forked:
-        """Have a supervisor forked for a call: its pipes are made here and sent over."""
+    def start(self, request: bytes) -> _Forked:
+        """Have a supervisor forked for a call: its pipes are made here and sent over,
+        with as much of the ``request`` in its stdin as the pipe holds (all of it, most
+        often), so the supervisor need not wait for the answer to reach this process."""
         child_in, stdin = os.pipe()
         stdout, child_out = os.pipe()
         stderr, child_err = os.pipe()
         call = _Forked(self, next(self._ids), stdin, stdout, stderr)
         _HELD.add(stdin)
+        os.set_blocking(stdin, False)
+        with contextlib.suppress(BlockingIOError):
+            call.sent = os.write(stdin, request)
+        os.set_blocking(stdin, True)
         with self._lock:
             self._calls[call.call] = call
         message = json.dumps({"id": call.call, "env": scrubbed_env()}).encode()
@@ -508,18 +515,21 @@ def _run(
             holder[0].signal(signal.SIGTERM)
 
     returncode: int | None = None
+    # The seconds left until the deadline: the supervisor keeps it too, should this
+    # process freeze.
+    line = json.dumps({**request, "deadline_seconds": timeout}).encode() + b"\n"
     try:
         with tool_in_flight(stop) as flight:
             server = None if spawn else fork_server()
             try:
-                supervisor = _Spawned() if server is None else server.start()
+                supervisor = _Spawned() if server is None else server.start(line)
             except ServerFailed as failed:
                 return {"ok": False, "error": str(failed), "retryable": False}
             holder.append(supervisor)
             if flight.asked.is_set():
                 supervisor.signal(signal.SIGTERM)
             try:
-                out, err, why = _exchange(supervisor, request, started + timeout, flight)
+                out, err, why = _exchange(supervisor, line, started + timeout, flight)
             finally:
                 supervisor.signal(signal.SIGKILL)  # a backstop: nothing is left
                 supervisor.close_stdin()  # also its sign to stop, should it live on
@@ -561,16 +571,14 @@ def _reply(
 
 
 def _exchange(
-    supervisor: _Supervisor, request: dict[str, Any], deadline: float, flight: Flight
+    supervisor: _Supervisor, request: bytes, deadline: float, flight: Flight
 ) -> tuple[bytes, bytes, str]:
-    """Send the request, read the reply until the supervisor exits: (stdout, stderr, why),
-    ``why`` being "", "timeout", "stopped" or "lost" (the fork server ended meanwhile).
-    The stdin stays open: its end is the supervisor's sign that the worker is gone. The
-    request tells the supervisor the seconds left until ``deadline``: it keeps the
-    deadline too, should this process freeze."""
+    """Send the rest of the request, read the reply until the supervisor exits: (stdout,
+    stderr, why), ``why`` being "", "timeout", "stopped" or "lost" (the fork server ended
+    meanwhile). The stdin stays open: its end is the supervisor's sign that the worker is
+    gone."""
     out, err = bytearray(), bytearray()
-    request = {**request, "deadline_seconds": max(0.0, deadline - time.monotonic())}
-    data = memoryview(json.dumps(request).encode() + b"\n")
+    data = memoryview(request)[supervisor.sent :]
     try:
         while data:  # blocking: a request larger than the pipe is read as it is written
             data = data[os.write(supervisor.stdin, data) :]
