@@ -1,13 +1,14 @@
 """The child process a tool runs in: one JSON request line on stdin, one JSON reply on
-stdout. Imports no Django: the child touches only the workspace.
+stdout. Imports no Django (nor Celery): the child touches only the workspace.
 
 Two processes, so no tool code can undo the cleanup (a tool may ignore SIGTERM, start
 daemons, fork twice):
 
-1. The supervisor (``main``), started by ``runs.tools.isolation``, runs only this module's
-   code. It becomes a child subreaper (``harness_console/reaper.py``), so every process the
-   tool starts stays its descendant whatever it does, forks the tool process and waits for
-   its reply.
+1. The supervisor (``main``), forked by the worker's fork server (``fork_server.py``) or
+   started by ``runs.tools.isolation`` as ``python -m``, runs only this module's code.
+   It becomes a child subreaper (``harness_console/reaper.py``), so every process the
+   tool starts stays its descendant whatever it does, forks the tool process and waits
+   for its reply.
    It stops when the tool has answered, when the worker sends SIGTERM (the deadline, a
    cancel), when its stdin closes (the worker is gone, even killed with -9) or at the
    call's deadline, which the request carries: a worker frozen (SIGSTOP) neither signals

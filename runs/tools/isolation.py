@@ -5,18 +5,29 @@ environment; it runs the tool in a process of its own and, being a child subreap
 collects every descendant the tool started (a daemon, ``setsid``, a double fork) before
 it answers or exits. It is stopped by one path, whatever the reason — the deadline, a
 cancel, a lost lease: SIGTERM to the supervisor, which kills and reaps everything under it;
-if it has not exited ``KILL_GRACE_SECONDS`` later, its process group is killed outright.
-The caller gets a tool error, never a hang. The deadline is also the supervisor's own: the
-request carries the seconds left, and the supervisor stops the tool at them by itself
-(exit ``TIMED_OUT_EXIT``), so a worker frozen (SIGSTOP) mid-call, which can neither signal
-nor close anything, leaves no tool running past its deadline.
+if it has not exited ``KILL_GRACE_SECONDS`` later, it is killed outright, and its process
+group with it. The caller gets a tool error, never a hang. The deadline is also the
+supervisor's own: the request carries the seconds left, and the supervisor stops the tool
+at them by itself (exit ``TIMED_OUT_EXIT``), so a worker frozen (SIGSTOP) mid-call, which
+can neither signal nor close anything, leaves no tool running past its deadline.
+
+The supervisor is forked by this process's fork server (``fork_server.py``: imports done
+once, ~2 ms a call where a fresh interpreter took ~70), started on the first call from
+whichever thread makes it, restarted when it died, and never shared with a process forked
+from this one. The server is a child of this process, the supervisors are its children: it
+reaps them and says how each ended, and this process signals each through a pidfd, never
+a pid that may have been reused. A server that does not answer within ``REPLY_SECONDS``
+(frozen) is replaced, and the call is a tool error; a call whose server dies is stopped,
+and is one too. Should the server not start, each call starts a fresh interpreter, as
+:func:`run_spawned` always does.
 
 Every tool call in flight in this process is registered under the run it belongs to (the
 run a :func:`tool_scope` names; the lease's heartbeat opens one per drive), so
-:func:`tool_processes_stop` stops a run's tools from any thread. The supervisor never
-relies on ``PR_SET_PDEATHSIG`` (it fires when the *thread* that forked it ends): it knows
-the worker is gone when its stdin closes, which only the process's end or the call's
-own end does.
+:func:`tool_processes_stop` stops a run's tools from any thread. Neither the supervisor
+nor the server relies on ``PR_SET_PDEATHSIG`` (it fires when the *thread* that forked it
+ends, and the calls come from a pool of threads): the supervisor knows the worker is gone
+when its stdin closes, the server when its channel does; only this process holds their
+other ends, so only its end or the call's own end closes them.
 """
 
 from __future__ import annotations
