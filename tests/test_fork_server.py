@@ -138,6 +138,33 @@ def test_a_tool_is_killed_whole_whatever_it_started(place, tool):
     assert server is not None and children(server.process.pid) == []  # reaped
 
 
+def test_a_stuck_supervisor_is_killed_with_its_group_after_the_grace(place):
+    """The supervisor itself frozen (SIGSTOP): the worker's SIGTERM at the deadline waits,
+    its SIGKILL (by pidfd) ``KILL_GRACE_SECONDS`` later does not, and the server kills the
+    supervisor's process group before it reaps it: the tool's child that ignores SIGTERM
+    goes too."""
+    marker = a_marker()
+    replies: list[dict] = []
+    thread = threading.Thread(
+        target=lambda: replies.append(call(place, "ignore_term", timeout=3, marker=marker)),
+        daemon=True,
+    )
+    thread.start()
+    deadline = time.monotonic() + BOUND
+    while not alive(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (sleeper,) = alive(marker)
+    supervisor = supervisor_of(supervisor_of(sleeper))
+    server = fork_server()
+    assert server is not None and supervisor_of(supervisor) == server.process.pid
+    os.kill(supervisor, signal.SIGSTOP)
+    thread.join(BOUND)
+    assert not thread.is_alive(), "the call hung"
+    assert replies[0]["timed_out"] is True, replies
+    assert gone(marker)
+    assert all_end([supervisor])
+
+
 # --- a worker that dies or freezes -------------------------------------------------------
 
 DRIVER = """
