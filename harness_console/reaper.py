@@ -21,10 +21,20 @@ PR_SET_CHILD_SUBREAPER = 36
 COLLECT_SECONDS = 5.0  # never spend longer than this collecting (a fork bomb)
 
 
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # once: loaded per call it cost a supervisor a quarter of a millisecond
+
+
 def _prctl(option: int, value: int) -> bool:
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux
+        return _LIBC is not None and _LIBC.prctl(option, value, 0, 0, 0) == 0
+    except AttributeError:  # not Linux
         return False
 
 
@@ -69,10 +79,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _reap() -> None:
-    with contextlib.suppress(ChildProcessError):
+def _reap() -> bool:
+    """Reap every child that ended; whether any child is left, alive or not yet reaped.
+    None left means no descendant at all: an orphan is re-parented to this subreaper
+    before its parent ends, so it is a child by the time that parent is reaped."""
+    try:
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
+    except ChildProcessError:
+        return False
+    return True
 
 
 def collect_descendants() -> int:
@@ -82,6 +98,8 @@ def collect_descendants() -> int:
     the child it made is re-parented here and found on the next pass.
     """
     me, killed = os.getpid(), set()
+    if not _reap():  # no child: nothing to look for (most calls, and /proc is slow to walk)
+        return 0
     deadline = time.monotonic() + COLLECT_SECONDS
     while (alive := descendants(me)) and time.monotonic() < deadline:
         killed.update(alive)

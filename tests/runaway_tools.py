@@ -137,3 +137,24 @@ def tick(root: Path, drafts: Path, args: dict) -> dict:
         with (root / "ticks.txt").open("a") as handle:
             handle.write("tick\n")
         time.sleep(0.1)
+
+
+def identity(root: Path, drafts: Path, args: dict) -> dict:
+    """Where the tool runs: its supervisor (its parent), the supervisor's parent and
+    session, its working directory, and whether Django or Celery came with the fork."""
+    import sys
+
+    time.sleep(float(args.get("sleep", 0)))  # calls from many threads overlap
+    supervisor = os.getppid()
+    stat = Path(f"/proc/{supervisor}/stat").read_bytes()
+    parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    heavy = sorted(name for name in sys.modules if name.partition(".")[0] in ("django", "celery"))
+    return {
+        "ok": True,
+        "supervisor": supervisor,
+        "supervisor_parent": parent,
+        "supervisor_session": os.getsid(supervisor),
+        "cwd": os.getcwd(),
+        "heavy_modules": heavy,
+        "echo": args.get("echo"),
+    }

@@ -1,13 +1,14 @@
 """The child process a tool runs in: one JSON request line on stdin, one JSON reply on
-stdout. Imports no Django: the child touches only the workspace.
+stdout. Imports no Django (nor Celery): the child touches only the workspace.
 
 Two processes, so no tool code can undo the cleanup (a tool may ignore SIGTERM, start
 daemons, fork twice):
 
-1. The supervisor (``main``), started by ``runs.tools.isolation``, runs only this module's
-   code. It becomes a child subreaper (``harness_console/reaper.py``), so every process the
-   tool starts stays its descendant whatever it does, forks the tool process and waits for
-   its reply.
+1. The supervisor (``main``), forked by the worker's fork server (``fork_server.py``) or
+   started by ``runs.tools.isolation`` as ``python -m``, runs only this module's code.
+   It becomes a child subreaper (``harness_console/reaper.py``), so every process the
+   tool starts stays its descendant whatever it does, forks the tool process and waits
+   for its reply.
    It stops when the tool has answered, when the worker sends SIGTERM (the deadline, a
    cancel), when its stdin closes (the worker is gone, even killed with -9) or at the
    call's deadline, which the request carries: a worker frozen (SIGSTOP) neither signals
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import selectors
@@ -28,9 +30,9 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from harness_console import reaper
 from policies.core.paths import PathRefused
 
 from .builtin import IMPLEMENTATIONS
@@ -38,6 +40,20 @@ from .builtin.common import ToolFailure
 from .child_context import CONSOLE
 from .effects import effects_collect
 
+
+def _reaper() -> ModuleType:
+    """``harness_console/reaper.py`` by its path: imported as ``harness_console.reaper`` it
+    would run the package's ``__init__``, which starts the Celery app and imports Django
+    (most of a fresh supervisor's start-up, and nothing the fork server should hold)."""
+    path = Path(__file__).resolve().parents[2] / "harness_console" / "reaper.py"
+    spec = importlib.util.spec_from_file_location("harness_reaper", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reaper = _reaper()
 STOPPED_EXIT = 3  # the supervisor was told to stop: no reply, the worker knows why
 TIMED_OUT_EXIT = 4  # the supervisor's own deadline passed: no reply, the tool was stopped
 
@@ -107,24 +123,31 @@ def _tool_process(request: dict[str, Any], reply_fd: int) -> None:
 
 def _await_reply(pid: int, reply_fd: int, deadline: float) -> bytes:
     """The tool's reply, read as it comes (it may be larger than a pipe holds) until the
-    tool process has ended; raises _Stop if the worker goes away meanwhile, _TimedOut
-    once ``deadline`` (monotonic) has passed without a whole reply."""
+    tool process has ended (its pidfd turns readable: no polling); raises _Stop if the
+    worker goes away meanwhile, _TimedOut once ``deadline`` (monotonic) has passed
+    without a whole reply."""
     chunks: list[bytes] = []
+    pidfd = os.pidfd_open(pid)  # not reaped yet: it is the tool process
     selector = selectors.DefaultSelector()
     selector.register(reply_fd, selectors.EVENT_READ)
     selector.register(0, selectors.EVENT_READ)
+    selector.register(pidfd, selectors.EVENT_READ)
     os.set_blocking(reply_fd, False)
     while True:
-        for key, _ in selector.select(timeout=0.05):
+        ended = False
+        for key, _ in selector.select(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
             if key.fd == 0:
                 if not os.read(0, 4096):
                     raise _Stop  # the worker closed our stdin: it is gone
-                continue
-            while chunk := _read_some(reply_fd):
-                chunks.append(chunk)
-            if chunk is None:  # end of the pipe
-                selector.unregister(reply_fd)
-        if os.waitpid(pid, os.WNOHANG)[0]:
+            elif key.fd == pidfd:
+                ended = True
+            else:
+                while chunk := _read_some(reply_fd):
+                    chunks.append(chunk)
+                if chunk is None:  # end of the pipe
+                    selector.unregister(reply_fd)
+        if ended:
+            os.waitpid(pid, 0)
             while chunk := _read_some(reply_fd):  # whatever it wrote before it ended
                 chunks.append(chunk)
             return b"".join(chunks)
