@@ -134,6 +134,7 @@ def fence_write(lease: Lease, fields: dict[str, Any], events: int = 0) -> tuple[
     query = Run.objects.filter(pk=lease.run_id, lease_token=lease.token).query.chain(
         sql.UpdateQuery
     )
+    assert isinstance(query, sql.UpdateQuery)
     query.add_update_values(values)
     db = transaction.get_connection()
     statement, params = query.get_compiler(connection=db).as_sql()

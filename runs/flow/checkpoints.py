@@ -81,7 +81,7 @@ def _pending_write(driver: Driver, pending: Pending) -> None:
     last, cancelled = fence_write(driver.lease, fields, len(pending.events))
     driver.cancelled = driver.cancelled or cancelled
     for model, rows in groupby(pending.rows, key=type):
-        model._default_manager.bulk_create(list(rows))
+        model._default_manager.bulk_create(list(rows))  # type: ignore[attr-defined]
     if pending.events:
         first = last - len(pending.events) + 1
         events = RunEvent.objects.bulk_create(
