@@ -189,3 +189,40 @@ def test_a_hung_response_fails_the_run_saying_it_timed_out(
     failed = RunEvent.objects.get(run=run, type="status.changed", payload__to="failed")
     assert "did not answer in time" in failed.payload["reason"]
     assert_key_nowhere(run, key)
+
+
+def test_a_run_waiting_on_the_model_holds_no_database_connection(
+    personas, agent, guide, api, monkeypatch
+):
+    """The model's seconds on the network are spent without a connection: with hundreds of
+    runs in one worker, the pool is shared by the runs that are writing."""
+    from django.db import connection
+
+    from runs.model_clients import AnthropicModel
+
+    held: list[bool] = []
+    complete = AnthropicModel.complete
+
+    def watched(self, **kwargs):
+        held.append(connection.connection is not None)
+        return complete(self, **kwargs)
+
+    monkeypatch.setattr(AnthropicModel, "complete", watched)
+    run = ask(personas, agent, guide)
+    api.answers += [
+        message(
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_c",
+                    "name": "readSource",
+                    "input": {"path": "docs/guide.md"},
+                }
+            ],
+            stop_reason="tool_use",
+        ),
+        message([{"type": "text", "text": "Done."}]),
+    ]
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    assert held == [False, False]

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from policies.context import context_build
@@ -22,7 +23,7 @@ from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
 from ..core.model_turns import OFFLINE_REPLAY, ModelError, ModelTurn, Usage
 from ..leases import fenced
 from ..lifecycle import run_transition
-from ..model_clients import model_for_run, system_blocks
+from ..model_clients import ReplayModel, model_for_run, system_blocks
 from ..models import ModelCall, Run, Step
 from ..observability import telemetry
 from ..observability.core.cost import Tokens, run_basis
@@ -143,6 +144,10 @@ def _model_turn(
     span = telemetry.chat_started(
         run, model=driver.model, step_id=data.get("step"), turn=state.turn
     )
+    if not isinstance(driver.model, ReplayModel) and not connection.in_atomic_block:
+        # Seconds on the network: the connection goes back to the pool meanwhile (a run
+        # waiting on the model holds no database connection); the next query takes one.
+        connection.close()
     started = time.monotonic()
     try:
         reply = driver.model.complete(
