@@ -141,6 +141,11 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         }
         await self.send_events([event])
 
+    async def run_events(self, message: dict[str, Any]) -> None:
+        """Several events of the run committed together, in order."""
+        for one in message.get("events") or ():
+            await self.run_event(one)
+
     async def send_events(self, events: list[dict[str, Any]]) -> None:
         html = render_to_string("runs/detail_live.html", {"events": events})
         await self.send(text_data=html)

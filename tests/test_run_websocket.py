@@ -159,7 +159,7 @@ def test_a_status_change_updates_the_status_badge_live(client, run, personas):
     )
 
 
-def test_every_event_also_reaches_the_ops_group(run):
+def test_the_ops_group_hears_the_events_that_move_the_dashboard_and_no_others(run):
     from channels.db import database_sync_to_async
     from channels.layers import get_channel_layer
 
@@ -172,6 +172,9 @@ def test_every_event_also_reaches_the_ops_group(run):
         channel = await layer.new_channel()
         await layer.group_add(OPS_GROUP, channel)
         await database_sync_to_async(run_event_append)(run_id=run.pk, type="note", payload={"x": 1})
+        await database_sync_to_async(run_event_append)(
+            run_id=run.pk, type="status.changed", payload={"to": "planning"}
+        )
         message = await layer.receive(channel)
         await layer.group_discard(OPS_GROUP, channel)
         return message
@@ -179,10 +182,54 @@ def test_every_event_also_reaches_the_ops_group(run):
     message = async_to_sync(scenario)()
     assert (message["run_id"], message["seq"], message["event_type"], message["payload"]) == (
         str(run.pk),
-        2,
-        "note",
-        {"x": 1},
+        3,
+        "status.changed",
+        {"to": "planning"},
     )
+
+
+def test_events_committed_together_reach_the_page_in_one_message_in_order(client, run, personas):
+    """A model turn and its tool call commit together: one message to the run's group, and
+    the page renders both, in order."""
+    from channels.layers import get_channel_layer
+
+    from harness_console.web.live import PUBLISHER, run_group
+    from runs.flow.checkpoints import checkpoint, defer_event
+    from runs.flow.driver_state import Driver
+    from runs.leases import lease_claim
+
+    PUBLISHER.flush()
+    session = cookie(client, personas.operator)
+
+    def together() -> None:
+        lease = lease_claim(run_id=run.pk, worker="test@host:1")
+        driver = Driver(lease=lease, beat=None)  # type: ignore[arg-type]
+        defer_event(driver, "note", {"n": "first"})
+        defer_event(driver, "note", {"n": "second"})
+        with checkpoint(driver):
+            pass
+
+    async def scenario():
+        from channels.db import database_sync_to_async
+
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(run_group(run.pk), channel)
+        ws, connected, _ = await _connect(f"/ws/runs/{run.pk}/?after=1", cookie=session)
+        assert connected
+        await database_sync_to_async(together)()
+        message = await layer.receive(channel)
+        await layer.group_discard(run_group(run.pk), channel)
+        frames = []
+        while 'id="run-event-3"' not in "".join(frames):
+            frames.append((await ws.receive_output(timeout=10))["text"])
+        await ws.disconnect()
+        return message, "".join(frames)
+
+    message, html = async_to_sync(scenario)()
+    assert message["type"] == "run.events"
+    assert [e["seq"] for e in message["events"]] == [2, 3]
+    assert html.index('id="run-event-2"') < html.index("first") < html.index("second")
 
 
 def test_logging_out_closes_the_open_pages_of_that_user(client, run, personas):

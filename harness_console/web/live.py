@@ -19,8 +19,16 @@ from channels.layers import get_channel_layer
 logger = logging.getLogger(__name__)
 
 OPS_GROUP = "ops"
+# The events after which the operations dashboard's counts may differ: the only ones its
+# group hears (a token per event of every run would cost more than the dashboard).
+OPS_EVENTS = frozenset({"run.created", "status.changed"})
 APPROVALS_GROUP = "approvals"  # the approval queue pages: approval.* events of every run
 RUN_EVENT_MESSAGE = "run.event"
+RUN_EVENTS_MESSAGE = "run.events"  # several events of one run, in order, in one message
+
+
+def ops_notable(event_type: str) -> bool:
+    return event_type in OPS_EVENTS or event_type.startswith("approval.")
 
 
 def run_group(run_id: Any) -> str:
@@ -65,7 +73,7 @@ class _Publisher:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: asyncio.Queue[dict[str, Any] | None] | None = None
+        self._queue: asyncio.Queue[dict[str, Any] | list[dict[str, Any]] | None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
 
@@ -85,29 +93,53 @@ class _Publisher:
         atexit.register(self.flush)
 
     async def _drain(self) -> None:
+        """Sends what was handed over, a batch at a time: the events of one run committed
+        together (a model turn and its tool call) go to its group as one message; the ops
+        group hears only what moves the dashboard, the approvals group only approvals."""
         assert self._queue is not None
         while True:
-            message = await self._queue.get()
+            batch = [await self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
             try:
-                if message is None:
-                    continue
                 layer = get_channel_layer()
-                if layer is None:
-                    continue
-                groups = [run_group(message["run_id"]), OPS_GROUP]
-                if str(message.get("event_type", "")).startswith("approval."):
-                    groups.append(APPROVALS_GROUP)
-                for group in groups:
-                    try:
-                        await layer.group_send(group, message)
-                    except Exception:
-                        logger.exception(
-                            "Could not publish run event %s #%s", message["run_id"], message["seq"]
-                        )
+                messages = [
+                    m
+                    for item in batch
+                    if item
+                    for m in ([item] if isinstance(item, dict) else item)
+                ]
+                if layer is not None:
+                    await self._send_batch(layer, messages)
             finally:
-                self._queue.task_done()
+                for _ in batch:
+                    self._queue.task_done()
 
-    def send(self, message: dict[str, Any]) -> None:
+    async def _send_batch(self, layer: Any, messages: list[dict[str, Any]]) -> None:
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        sends: list[tuple[str, dict[str, Any]]] = []
+        for message in messages:
+            by_run.setdefault(message["run_id"], []).append(message)
+            event_type = str(message.get("event_type", ""))
+            if ops_notable(event_type):
+                sends.append((OPS_GROUP, message))
+            if event_type.startswith("approval."):
+                sends.append((APPROVALS_GROUP, message))
+        runs = [
+            (
+                run_group(run_id),
+                events[0] if len(events) == 1 else {"type": RUN_EVENTS_MESSAGE, "events": events},
+            )
+            for run_id, events in by_run.items()
+        ]
+        for group, message in runs + sends:
+            try:
+                await layer.group_send(group, message)
+            except Exception:
+                logger.exception("Could not publish run events to %s", group)
+
+    def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """Hand over one message, or the messages of one commit (sent as one batch)."""
         with self._lock:
             if self._loop is None or self._pid != os.getpid():  # first use, or after a fork
                 self._start()
@@ -129,5 +161,11 @@ PUBLISHER = _Publisher()
 
 
 def event_publish(event: Any) -> None:
-    """Send one committed event to its run's group and to the ops group, without waiting."""
+    """Send one committed event to its run's group (and the ops and approvals groups when
+    it is theirs), without waiting."""
     PUBLISHER.send(event_message(event))
+
+
+def events_publish(events: list[Any]) -> None:
+    """The events of one commit, in order: one message to their run's group."""
+    PUBLISHER.send([event_message(event) for event in events])

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from harness_console.web.live import event_publish
+from harness_console.web.live import events_publish
 
 from ..approval_outcomes import approvals_cancel
 from ..core import status as run_status
@@ -88,8 +88,7 @@ def _pending_write(driver: Driver, pending: Pending) -> None:
             RunEvent(run_id=driver.lease.run_id, seq=first + i, type=kind, payload=payload)
             for i, (kind, payload) in enumerate(pending.events)
         )
-        for event in events:
-            transaction.on_commit(partial(event_publish, event), robust=True)
+        transaction.on_commit(partial(events_publish, events), robust=True)
 
 
 def run_fields_write(run: Run, **fields: Any) -> None:

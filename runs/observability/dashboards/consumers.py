@@ -1,8 +1,8 @@
 """The operations dashboard's WebSocket: news that some run changed state (SPEC O5, L2).
 
-It joins the ops group, which hears every event of every run, and forwards only a tiny
-"changed" notice for the events that move the dashboard's figures (a run created, a status
-change, an approval asked or settled). It carries no run content: the page fetches its
+It joins the ops group, which hears only the events that move the dashboard's figures (a
+run created, a status change, an approval asked or settled: ``web.live.ops_notable``), and
+forwards a tiny "changed" notice for each. It carries no run content: the page fetches its
 fragment again through the ordinary view, so what a person sees is what the database and
 that view's permission check say. The page throttles its fetches.
 """
@@ -15,13 +15,7 @@ from typing import Any
 from harness_console.roles import may_view_dashboards
 from harness_console.web.consumers import GroupNewsConsumer
 from harness_console.web.live import OPS_GROUP
-
-NOTABLE = frozenset({"run.created", "status.changed"})
-
-
-def notable(event_type: str) -> bool:
-    """The events after which the dashboard's counts may differ."""
-    return event_type in NOTABLE or event_type.startswith("approval.")
+from harness_console.web.live import ops_notable as notable
 
 
 class OpsDashboardConsumer(GroupNewsConsumer):
