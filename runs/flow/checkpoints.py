@@ -13,11 +13,9 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from itertools import groupby
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from harness_console.web.live import events_publish
@@ -40,18 +38,22 @@ def checkpoint(driver: Driver) -> Iterator[None]:
     """A fenced transaction that writes what the driver holds pending first, then the
     caller's writes, then what the caller deferred meanwhile (the tool call's result, say).
 
-    What is pending goes in the fence's own statement (run fields, event numbers) and one
-    bulk insert per table. A worker that lost the run raises
-    :class:`~runs.leases.LeaseLost` before writing anything, and drops what it held: the
-    run goes on from its last checkpoint with its next holder.
+    What is pending goes in the fence's own statement (run fields, event numbers, taken
+    first, so the events keep their order with any the caller appends) and, at the end,
+    one bulk insert per table for the rows and events of both. A worker that lost the run
+    raises :class:`~runs.leases.LeaseLost` before writing anything, and drops what it
+    held: the run goes on from its last checkpoint with its next holder.
     """
     pending, driver.pending = driver.pending, Pending()
     with transaction.atomic():
-        _pending_write(driver, pending)
+        events = _fence_and_fields(driver, pending)
+        rows = list(pending.rows)
         yield
         if driver.pending:
             later, driver.pending = driver.pending, Pending()
-            _pending_write(driver, later)
+            events += _fence_and_fields(driver, later)
+            rows += later.rows
+        _rows_insert(rows, events)
 
 
 def defer_fields(driver: Driver, run: Run, **fields: Any) -> None:
@@ -73,21 +75,31 @@ def defer_event(driver: Driver, type: str, payload: dict[str, Any]) -> None:
     driver.pending.events.append((type, payload))
 
 
-def _pending_write(driver: Driver, pending: Pending) -> None:
-    """The fence and the run's fields in one statement, then the rows and events."""
+def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
+    """The fence, the run's fields and the events' numbers in one statement; the events
+    to insert, numbered."""
     fields: dict[str, Any] = dict(pending.set)
     for name, amount in pending.add.items():
-        fields[name] = F(name) + amount
+        fields[name] = ("add", amount)
     last, cancelled = fence_write(driver.lease, fields, len(pending.events))
     driver.cancelled = driver.cancelled or cancelled
-    for model, rows in groupby(pending.rows, key=type):
-        model._default_manager.bulk_create(list(rows))  # type: ignore[attr-defined]
-    if pending.events:
-        first = last - len(pending.events) + 1
-        events = RunEvent.objects.bulk_create(
-            RunEvent(run_id=driver.lease.run_id, seq=first + i, type=kind, payload=payload)
-            for i, (kind, payload) in enumerate(pending.events)
-        )
+    first = last - len(pending.events) + 1
+    return [
+        RunEvent(run_id=driver.lease.run_id, seq=first + i, type=kind, payload=payload)
+        for i, (kind, payload) in enumerate(pending.events)
+    ]
+
+
+def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:
+    """One insert per table, each table's rows in their order; the events published once
+    the transaction commits."""
+    by_model: dict[type, list[Any]] = {}
+    for row in rows:
+        by_model.setdefault(type(row), []).append(row)
+    for model, same in by_model.items():
+        model._default_manager.bulk_create(same)  # type: ignore[attr-defined]
+    if events:
+        RunEvent.objects.bulk_create(events)
         transaction.on_commit(partial(events_publish, events), robust=True)
 
 
