@@ -179,6 +179,8 @@ def test_the_result_is_always_a_valid_smaller_conversation_that_keeps_task_and_r
 
     assert messages == original  # the input is never changed
     assert compact(original, limits) == result  # deterministic
+    # Sizes kept from earlier turns (the driver's) give the same result as sizes measured.
+    assert compact(messages, limits, [estimate_tokens(m) for m in messages]) == result
     # Tightening the thresholds is the conversation growing relative to them: the tier
     # never falls, and the prompt never grows.
     tight = compact(messages, tightened(limits, factor))

@@ -467,15 +467,21 @@ def _build(
     )
 
 
-def compact(messages: Sequence[dict[str, Any]], thresholds: Thresholds) -> Compacted:
+def compact(
+    messages: Sequence[dict[str, Any]],
+    thresholds: Thresholds,
+    sizes: Sequence[int] | None = None,
+) -> Compacted:
     """The conversation to send now, compacted as far as the thresholds ask (see the module's
     docstring). The input is never changed; an invalid conversation raises ``ValueError``,
-    since no compaction of it could be valid."""
+    since no compaction of it could be valid. ``sizes``: each message's
+    :func:`estimate_tokens`, when the caller kept them from an earlier turn."""
     try:
         check_valid(messages)
     except ValueError as error:
         raise ValueError(f"Cannot compact an invalid conversation: {error}") from error
-    sizes = [estimate_tokens(message) for message in messages]
+    if sizes is None or len(sizes) != len(messages):
+        sizes = [estimate_tokens(message) for message in messages]
     before = sum(sizes)
     best = Compacted(list(messages), 1, (), (), before, before)
     turns = _turns(len(messages))

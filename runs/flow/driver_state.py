@@ -46,3 +46,4 @@ class Driver:
     pending: Pending = field(default_factory=Pending)
     fresh_uses: set[str] = field(default_factory=set)
     config: Any = None  # runs.flow.config.RunConfig, read once per claim, kept fresh
+    sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # token estimates

@@ -108,6 +108,18 @@ def _prompt(driver: Driver, run: Run) -> None:
     ]
 
 
+def _sizes(driver: Driver, messages: list[dict[str, Any]]) -> list[int]:
+    """Each message's token estimate, kept across turns: the conversation only grows at
+    its end, so a message at the same place with as many blocks is the same message."""
+    sizes = []
+    for index, message in enumerate(messages):
+        key = (index, len(message["content"]))
+        if key not in driver.sizes:
+            driver.sizes[key] = estimate_tokens(message)
+        sizes.append(driver.sizes[key])
+    return sizes
+
+
 def _usage_counted(
     reply: Any, system: list[dict[str, Any]], messages: list[dict[str, Any]]
 ) -> Usage:
@@ -133,13 +145,15 @@ def _model_turn(
         except ModelError as error:
             return run_fail(driver.lease, str(error))
     agent = run.agent
+    messages = messages_for_api(driver.rows)
     compacted = compact(
-        messages_for_api(driver.rows),
+        messages,
         Thresholds(
             whole_tokens=agent.compaction_whole_tokens,
             summary_tokens=agent.compaction_summary_tokens,
             keep_recent_turns=agent.compaction_keep_turns,
         ),
+        _sizes(driver, messages),
     )
     span = telemetry.chat_started(
         run, model=driver.model, step_id=data.get("step"), turn=state.turn
