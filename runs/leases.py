@@ -376,11 +376,11 @@ def run_queue_depth(queue: str = "") -> int | None:
     try:
         name = queue or current_app.amqp.router.route({}, RUN_EXECUTE)["queue"].name
         with current_app.connection_for_read() as broker:
-            declared = broker.default_channel.queue_declare(queue=name, passive=True)
+            # Not passive: on Redis a queue no worker bound yet would be "not found";
+            # declaring it (as every worker does) changes nothing and counts its messages.
+            declared = broker.default_channel.queue_declare(queue=name)
         return int(declared.message_count)
-    except Exception as error:
-        if getattr(error, "code", None) == 404:  # no such queue yet: nothing waits in it
-            return 0
+    except Exception:
         logger.warning("Could not read the run queue's depth", exc_info=True)
         return None
 

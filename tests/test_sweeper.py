@@ -104,8 +104,12 @@ def test_the_workers_signal_notes_only_run_dispatches(run):
 
 
 def test_the_queue_depth_is_read_from_the_real_broker():
+    from kombu import Exchange, Queue
+
     queue = f"test-depth-{uuid.uuid4().hex[:8]}"
     assert run_queue_depth(queue) == 0  # a queue nobody declared holds nothing
+    with current_app.connection_for_write() as broker:  # as a worker consuming it would
+        Queue(queue, Exchange(queue), routing_key=queue)(broker.default_channel).declare()
     for _ in range(2):
         current_app.send_task("runs.tasks.run_execute", args=[str(uuid.uuid4())], queue=queue)
     try:
