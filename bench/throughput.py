@@ -19,7 +19,9 @@ each N, in this order and in this one process:
   flight (claimed, not ended), the run worker's RSS, and on PostgreSQL the connections per
   process (pg_stat_activity, each process naming itself through PGAPPNAME).
 
-Errors: runs not completed, and "too many clients", pool timeouts or tracebacks in the logs.
+Errors: runs not completed, and lines with "too many clients", a pool timeout or a traceback
+in the logs. Where the time goes: the mean model call as the harness saw it (ModelCall
+latency) and the mean tool call (ToolCall started → finished).
 Figures are printed, never asserted.
 """
 
@@ -31,6 +33,7 @@ import logging
 import os
 import re
 import shutil
+import statistics
 import sys
 import threading
 import time
@@ -62,7 +65,7 @@ from rest_framework.authtoken.models import Token
 from harness_console.roles import OPERATOR, roles_sync
 from policies.models import Agent, Workspace
 from runs.core import status as run_status
-from runs.models import Run
+from runs.models import ModelCall, Run, ToolCall
 from tests.fake_anthropic import Answer, FakeAnthropic, message
 
 REQUEST = "Summarize docs/notes.md"
@@ -220,8 +223,17 @@ def harness(stack: NamedStack, token: str, n: int, timeout: float) -> dict[str, 
             for kind, at in events:
                 print(f"  {at.timestamp() - began_wall:7.2f} {kind}", file=sys.stderr)
     finished = [at.timestamp() for s, at in runs if s in ENDED and at is not None]
+    latencies = list(ModelCall.objects.filter(run__in=ids).values_list("latency_ms", flat=True))
+    tools = [
+        (end - begin).total_seconds()
+        for begin, end in ToolCall.objects.filter(
+            run__in=ids, finished_at__isnull=False
+        ).values_list("started_at", "finished_at")
+    ]
     connection.close()
     return {
+        "model_s": statistics.fmean(latencies) / 1000 if latencies else float("nan"),
+        "tool_s": statistics.fmean(tools) if tools else float("nan"),
         "elapsed": (max(finished) - began_wall) if len(finished) == n else float("nan"),
         "submitted": submitted,
         "not_completed": sum(1 for s, _ in runs if s != run_status.COMPLETED),
@@ -272,6 +284,7 @@ def main() -> None:
         stack.start()
         try:
             floor(fake, 2)  # warm: the SDK's imports and the server's first threads
+            harness(stack, token, 2, timeout=120)  # and the worker's first-run imports
             since: dict[str, int] = {}
             for n in sizes:
                 low = floor(fake, n)
@@ -305,9 +318,10 @@ def report(rows: list[dict[str, Any]], config: str, latency: float) -> None:
     )
     print(
         "| N | all done | floor | x floor | submitted in | peak in flight "
-        "| worker RSS idle → peak | MiB per run in flight | PG connections at peak | errors |"
+        "| worker RSS idle → peak | MiB per run in flight | PG connections at peak | errors "
+        "| model call, tool call (means) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     goals = []
     for row in rows:
         ratio = row["elapsed"] / row["floor"]
@@ -325,7 +339,7 @@ def report(rows: list[dict[str, Any]], config: str, latency: float) -> None:
             f"| {row['n']} | {row['elapsed']:.1f} s | {row['floor']:.1f} s | {ratio:.2f}× "
             f"| {row['submitted']:.1f} s | {row['in_flight']} "
             f"| {row['idle_rss']:.0f} → {row['peak_rss']:.0f} MiB | {per_run:.2f} "
-            f"| {pg} | {errors} ({detail}) |"
+            f"| {pg} | {errors} ({detail}) | {row['model_s']:.2f} s, {row['tool_s']:.2f} s |"
         )
         if row["n"] in GOALS:
             goal = GOALS[row["n"]]
