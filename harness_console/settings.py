@@ -253,11 +253,13 @@ _ROUTED = {
 }
 CELERY_TASK_ROUTES = {task: {"queue": queue} for queue, tasks in _ROUTED.items() for task in tasks}
 # A run spends most of its life waiting for the model: workers run tasks on threads, so a
-# waiting run holds a thread (about 0.1 MiB), not an OS process. HARNESS_RUN_THREADS is how
-# many runs one run worker drives at once, the setting to turn for a bigger machine (the CPU
-# a run uses between model calls is what bounds it: about 200 per core of this machine's
-# speed with 2 s model calls; bench/throughput.py measures it). Prefetch 1 per thread: a
-# worker takes only what it can start, so other machines' workers share a backlog.
+# waiting run holds a thread, not an OS process (bench/throughput.py: about 1 MiB of RSS per
+# run in flight, against 14-17 MiB per prefork process). HARNESS_RUN_THREADS is how many runs
+# one run worker drives at once, the setting to turn for a bigger machine. 200: the issue's
+# load (200 runs in flight on this 2-core machine); what bounds a worker is its CPU between
+# model calls (GIL: one core per process) and the database (SQLite's one writer, the pool),
+# not threads. Prefetch 1 per thread: a worker takes only what it can start, so other
+# machines' workers share a backlog.
 HARNESS_RUN_THREADS = int(os.environ.get("HARNESS_RUN_THREADS", "200"))
 if HARNESS_RUN_THREADS < 1:
     raise ImproperlyConfigured("HARNESS_RUN_THREADS must be 1 or more.")
