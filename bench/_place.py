@@ -1,7 +1,7 @@
 """A bench's throwaway place of its own, set up before Django starts: a temporary
 HARNESS_VAR_DIR (database, broker folder, workspace, replay scripts), on PostgreSQL a
 database named ``bench_<name>`` (whatever DATABASE_URL names; created, then dropped), and
-Redis keys and a Celery queue under the prefix ``bench-<name>``."""
+Redis keys and Celery queues under the prefix ``bench-<name>``."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def prepare(name: str) -> Place:
     os.environ["HARNESS_VAR_DIR"] = str(var_dir)
     os.environ["HARNESS_REPLAY_DIRS"] = str(replays)
     os.environ["HARNESS_REDIS_PREFIX"] = prefix
+    os.environ["HARNESS_QUEUE_PREFIX"] = f"{prefix}-"
     os.environ["HARNESS_USE_TEST_DATABASES"] = "false"  # the bench database is everyone's here
     if os.environ.get("DATABASE_URL"):
         url = urlsplit(os.environ["DATABASE_URL"])

@@ -1,5 +1,5 @@
 """What the benches share once Django is set up (bench/_place.py first): their own
-databases and Redis keys, a real worker (and daphne) on their own queue, the fix-a-link
+databases and Redis keys, a real worker (and daphne) on their own queues, the fix-a-link
 replay, and percentiles."""
 
 from __future__ import annotations
@@ -26,43 +26,36 @@ from tests.stack import LiveStack, wait_until
 
 BROKEN = "# Page {i}\n\nSee [the guide](getting-startd.md).\n"
 USAGE = {"input_tokens": 300, "output_tokens": 20}
-# Started as `make run` starts them, with their Celery tasks sent to the bench's queue (a
-# worker of another stack on the same Redis must not take them).
-LAUNCH = (
-    "import os, runpy, sys; from harness_console.celery import app; "
-    "app.conf.task_default_queue = os.environ['HARNESS_BENCH_QUEUE']; "
-    "sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
-)
 
 
 class BenchStack(LiveStack):
-    """One Celery worker (no beat), and daphne when ``web``, on the bench's database and
-    queue."""
+    """The run worker, and daphne when ``web``, or every process ``serve`` starts when
+    ``whole``, on the bench's database and queues (_place.py gives them the bench's prefix,
+    so a worker of another stack on the same Redis takes none of its tasks)."""
 
     web = False
+    whole = False
 
     def env(self) -> dict[str, str]:
         env = super().env()
         env["HARNESS_USE_TEST_DATABASES"] = "false"
-        env["HARNESS_BENCH_QUEUE"] = prefix()
         return env
 
     def start(self, *, collectstatic: bool = False) -> BenchStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        queue = prefix()
-        argv = commands(host="127.0.0.1", port=self.port, worker_name=f"{queue}-{self.port}@%h")
-        names = ("web", "worker") if self.web else ("worker",)
+        argv = commands(host="127.0.0.1", port=self.port, worker_name=f"{prefix()}-{self.port}@%h")
+        names = tuple(argv) if self.whole else ("web", "worker") if self.web else ("worker",)
         for name in names:
-            python, _dash_m, module, *rest = argv[name]
-            extra = ["--queues", queue] if name == "worker" else []
-            self._spawn(name, [python, "-c", LAUNCH, module, *rest, *extra])
+            self._spawn(name, argv[name])
 
         def ready() -> bool:
             self._check_alive()
-            return "ready." in self.log("worker")
+            return all(
+                "ready." in self.log(name) for name in names if name in ("worker", "housekeeping")
+            )
 
-        wait_until(ready, timeout=60, what="the Celery worker")
-        if self.web:
+        wait_until(ready, timeout=60, what="the Celery workers")
+        if "web" in names:
             wait_until(self._web_ready, timeout=30, what="daphne to answer")
         return self
 
@@ -87,11 +80,8 @@ def redis_clean() -> None:
 def own_databases(place: Place, logs: str) -> Iterator[None]:
     """The bench's databases (and Redis keys) for the body, dropped after it; the place's
     folder too when the body succeeded, kept with the logs otherwise."""
-    from harness_console.celery import app as celery_app
-
     for alias in settings.DATABASES:  # the bench's own database, under its own name
         connections[alias].settings_dict["TEST"]["NAME"] = connections[alias].settings_dict["NAME"]
-    celery_app.conf.task_default_queue = prefix()  # run_create's dispatch, from this process
     redis_clean()
     old = setup_databases(verbosity=0, interactive=False, aliases=set(settings.DATABASES))
     ok = False

@@ -20,6 +20,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("HARNESS_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -228,6 +229,43 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # What a task prints (the console mail backend's emails) is information, not a warning.
 CELERY_WORKER_REDIRECT_STDOUTS_LEVEL = "INFO"
+# Three queues, so that nothing waits behind what it should not: runs (a run's execution and
+# its session_end hooks), housekeeping (beat's sweepers, which must reach a worker while
+# hundreds of runs are queued) and default (notifications, anything else). The run worker
+# consumes runs; a second, small worker consumes housekeeping and default (serve.py, README).
+# HARNESS_QUEUE_PREFIX keeps two consoles (or a bench) apart on one Redis database.
+HARNESS_QUEUE_PREFIX = os.environ.get("HARNESS_QUEUE_PREFIX", "").strip()
+RUNS_QUEUE = f"{HARNESS_QUEUE_PREFIX}runs"
+HOUSEKEEPING_QUEUE = f"{HARNESS_QUEUE_PREFIX}housekeeping"
+CELERY_TASK_DEFAULT_QUEUE = f"{HARNESS_QUEUE_PREFIX}default"
+CELERY_TASK_QUEUES = [
+    Queue(name, routing_key=name)
+    for name in (RUNS_QUEUE, HOUSEKEEPING_QUEUE, CELERY_TASK_DEFAULT_QUEUE)
+]
+_ROUTED = {
+    RUNS_QUEUE: ("runs.tasks.run_execute", "runs.tasks.run_session_end"),
+    HOUSEKEEPING_QUEUE: (
+        "runs.tasks.runs_sweep",
+        "runs.tasks.approvals_sweep",
+        "runs.tasks.rollups_reconcile_recent",
+        "runs.tasks.live_layer_trim",
+    ),
+}
+CELERY_TASK_ROUTES = {task: {"queue": queue} for queue, tasks in _ROUTED.items() for task in tasks}
+# A run spends most of its life waiting for the model: workers run tasks on threads, so a
+# waiting run holds a thread, not an OS process (bench/throughput.py: about 1 MiB of RSS per
+# run in flight, against 14-17 MiB per prefork process). HARNESS_RUN_THREADS is how many runs
+# one run worker drives at once, the setting to turn for a bigger machine. 200: the issue's
+# load (200 runs in flight on this 2-core machine); what bounds a worker is its CPU between
+# model calls (GIL: one core per process) and the database (SQLite's one writer, the pool),
+# not threads. Prefetch 1 per thread: a worker takes only what it can start, so other
+# machines' workers share a backlog.
+HARNESS_RUN_THREADS = int(os.environ.get("HARNESS_RUN_THREADS", "200"))
+if HARNESS_RUN_THREADS < 1:
+    raise ImproperlyConfigured("HARNESS_RUN_THREADS must be 1 or more.")
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = HARNESS_RUN_THREADS
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Runs resume from the database, not the broker (SPEC R9): the sweeper re-dispatches runs
 # whose worker's lease expired. A worker renews its lease every third of its length.
 HARNESS_RUN_LEASE_SECONDS = float(os.environ.get("HARNESS_RUN_LEASE_SECONDS", "30"))

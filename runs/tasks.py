@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from contextvars import Token
 from typing import Any
 
@@ -12,8 +13,10 @@ from celery import shared_task
 from celery.signals import (
     task_postrun,
     task_prerun,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_shutdown,
 )
 from channels.layers import get_channel_layer
 
@@ -43,7 +46,9 @@ def run_execute(run_id: str) -> None:
         try:
             flow.run_drive(run_id=run_id, worker=worker)
         finally:
-            telemetry.tracing_flush()  # the pool may recycle this process after the task
+            # A prefork pool may recycle this process after the task; under threads, spans
+            # leave as the run ends rather than whenever the batch is next sent.
+            telemetry.tracing_flush()
 
 
 @shared_task(ignore_result=True)
@@ -88,30 +93,54 @@ def run_session_end(run_id: str, outcome: str, reason: str) -> None:
             session_end(run, outcome=outcome, reason=reason)
 
 
-# --- one run's context for Celery's own lines, and each pool process's tracer ---------------
+# --- one run's context for Celery's own lines, and each worker process's tracer ------------
 RUN_TASKS = frozenset({"runs.tasks.run_execute", "runs.tasks.run_session_end"})
-_log_tokens: dict[str, Token[tuple[str, str]]] = {}
+# Keyed by task and thread: under the threads pool, a redelivered message may run on two
+# threads at once, and a token can only be reset in the thread (context) that set it.
+_log_tokens: dict[tuple[str, int], Token[tuple[str, str]]] = {}
 
 
 @task_prerun.connect
 def _run_task_started(task_id: str, task: Any, args: Any = (), **kwargs: Any) -> None:
     """Celery logs a task's end ("succeeded in ...") outside the task's body: the run's
-    context is set around the whole execution, so that line carries it too."""
+    context is set around the whole execution, so that line carries it too. Both signals
+    are sent on the thread that runs the task, whose own context the token belongs to."""
     if task.name in RUN_TASKS and args:
-        _log_tokens[task_id] = run_log_enter(args[0])
+        _log_tokens[task_id, threading.get_ident()] = run_log_enter(args[0])
 
 
 @task_postrun.connect
 def _run_task_finished(task_id: str, **kwargs: Any) -> None:
-    token = _log_tokens.pop(task_id, None)
+    token = _log_tokens.pop((task_id, threading.get_ident()), None)
     if token is not None:
         run_log_exit(token)
 
 
+def _forks(worker: Any) -> bool:
+    pool = getattr(worker, "pool_cls", "")
+    return "prefork" in (pool if isinstance(pool, str) else getattr(pool, "__module__", ""))
+
+
+@worker_init.connect
+def _worker_started(sender: Any = None, **kwargs: Any) -> None:
+    """A threads pool runs its tasks in this process and sends no worker_process_init: the
+    tracer (its exporter's thread) starts here, once, before the first task. A prefork
+    parent traces nothing; its children configure theirs below."""
+    if not _forks(sender):
+        telemetry.tracing_configure()
+
+
+@worker_shutdown.connect
+def _worker_stopping(**kwargs: Any) -> None:
+    """Flush and stop the exporter as the worker exits (a no-op where this process never
+    configured one: a prefork parent)."""
+    telemetry.tracing_shutdown()
+
+
 @worker_process_init.connect
 def _pool_process_started(**kwargs: Any) -> None:
-    """Each pool process exports its own spans: an exporter's thread does not survive the
-    fork, and the parent never traces anything."""
+    """Each prefork pool process exports its own spans: an exporter's thread does not
+    survive the fork, and the parent never traces anything."""
     telemetry.tracing_configure()
 
 

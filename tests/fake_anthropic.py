@@ -1,11 +1,14 @@
 """A local HTTP server that speaks the Anthropic Messages API, for the real SDK to talk to.
-Each test queues the answers it wants: a body, a status, headers, a delay."""
+Each test queues the answers it wants: a body, a status, headers, a delay. A bench gives a
+``responder`` instead, which makes each answer from the request's body (bench/throughput.py:
+the same script for every run, after a fixed latency)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,9 +47,17 @@ def error(status: int, kind: str, text: str, **headers: str) -> Answer:
     return Answer({"type": "error", "error": {"type": kind, "message": text}}, status, headers)
 
 
+class _Server(ThreadingHTTPServer):
+    # A thread per connection; the listen backlog (5 by default) must hold a burst of
+    # hundreds of runs calling at once, or their connections are refused.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class FakeAnthropic:
-    def __init__(self) -> None:
+    def __init__(self, responder: Callable[[dict[str, Any]], Answer] | None = None) -> None:
         self.answers: list[Answer] = []
+        self.responder = responder
         self.requests: list[dict[str, Any]] = []
         fake = self
 
@@ -56,14 +67,18 @@ class FakeAnthropic:
 
             def do_POST(self) -> None:  # the name http.server calls
                 length = int(self.headers.get("content-length", 0))
-                fake.requests.append(
-                    {
-                        "path": self.path,
-                        "headers": dict(self.headers),
-                        "body": json.loads(self.rfile.read(length) or b"{}"),
-                    }
-                )
-                answer = fake.answers.pop(0) if fake.answers else error(500, "api_error", "none")
+                request = {
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": json.loads(self.rfile.read(length) or b"{}"),
+                }
+                fake.requests.append(request)
+                if fake.responder is not None:
+                    answer = fake.responder(request["body"])
+                elif fake.answers:
+                    answer = fake.answers.pop(0)
+                else:
+                    answer = error(500, "api_error", "none")
                 time.sleep(answer.delay)
                 data = json.dumps(answer.body).encode()
                 try:
@@ -78,8 +93,7 @@ class FakeAnthropic:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -1,4 +1,4 @@
-"""Starts the real console stack as subprocesses: daphne and a Celery worker.
+"""Starts the real console stack as subprocesses: daphne, the two Celery workers and beat.
 
 pytest-django's live server speaks no WebSockets, and the loop must run in a real worker, so
 the tests (and the benchmarks) start both processes against the test databases, exactly as
@@ -68,7 +68,8 @@ def wait_until(check, *, timeout: float, what: str, interval: float = 0.1) -> No
 
 @dataclass
 class LiveStack:
-    """daphne on a free port, a Celery worker and beat (the sweeper), on the test databases.
+    """daphne on a free port, the run worker, the housekeeping worker and beat (the
+    sweeper), on the test databases: what ``serve`` starts.
 
     ``extra_env`` reaches every process (the tests point the Anthropic SDK at a local fake
     server this way); workers can be killed with SIGKILL and started again, and more added.
@@ -104,18 +105,21 @@ class LiveStack:
         argv = commands(host="127.0.0.1", port=self.port, worker_name=f"test-{self.port}@%h")
         self._spawn("web", argv["web"])
         self._spawn("beat", argv["beat"])
+        self.start_worker("housekeeping", kind="housekeeping")
         self.start_worker("worker")
         wait_until(self._web_ready, timeout=30, what="daphne to answer")
         return self
 
-    def start_worker(self, name: str = "worker") -> None:
-        """A Celery worker (a fresh log each time); returns once it consumes tasks."""
+    def start_worker(self, name: str = "worker", *, kind: str = "worker") -> None:
+        """A Celery worker as serve starts it (a fresh log each time); returns once it
+        consumes tasks. ``kind``: "worker" drives runs, "housekeeping" takes the sweepers
+        and the default queue."""
         self.generation += 1
         argv = commands(
             host="127.0.0.1",
             port=self.port,
             worker_name=f"test-{self.port}-{name}-{self.generation}@%h",
-        )["worker"]
+        )[kind]
         self._spawn(name, argv)
         wait_until(lambda: "ready." in self.log(name), timeout=60, what=f"the Celery {name}")
 

@@ -427,7 +427,9 @@ def test_a_worker_frozen_past_its_lease_mid_write_changes_nothing_when_it_wakes(
     gate = workspace.drafts_path / f"gate-{run.pk}"
     wait_until(lambda: log.exists() and "start" in log.read_text(), timeout=60, what="the tool")
     frozen = int(Run.objects.get(pk=run.pk).lease_owner.rsplit(":", 1)[1])
-    os.kill(frozen, signal.SIGSTOP)  # the pool process: its heartbeat stops with it
+    os.kill(frozen, signal.SIGSTOP)  # the worker: its heartbeat stops with it
+    # A threaded worker is one process, frozen whole: another worker takes the run over.
+    stack.start_worker("worker2")
     try:
         run = wait_for(run.pk, "waiting_for_approval", *TERMINAL, timeout=90)
         # The frozen worker's tool (its own process, not frozen) makes its patch now, after
@@ -437,6 +439,7 @@ def test_a_worker_frozen_past_its_lease_mid_write_changes_nothing_when_it_wakes(
     finally:
         gate.touch()
         os.kill(frozen, signal.SIGCONT)
+        stack.stop_worker("worker2")
     assert run.status == "waiting_for_approval", run.failure_reason
     wait_until(
         lambda: f"Stopping: Run {run.pk} is now leased" in stack.log("worker"),

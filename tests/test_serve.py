@@ -1,4 +1,4 @@
-"""`make run`'s last step: daphne, a worker and beat as one group that Ctrl-C stops cleanly."""
+"""`make run`'s last step: daphne, two workers and beat as one group that Ctrl-C stops cleanly."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def children_of(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def test_ctrl_c_stops_web_worker_and_beat_cleanly(tmp_path):
+def test_ctrl_c_stops_web_workers_and_beat_cleanly(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     env.update(HARNESS_VAR_DIR=str(tmp_path / "var"), PYTHONUNBUFFERED="1")
@@ -55,7 +55,7 @@ def test_ctrl_c_stops_web_worker_and_beat_cleanly(tmp_path):
         wait_until(ready, timeout=60, what="web, worker and beat")
         group = children_of(serve.pid)
         descendants = group + [c for pid in group for c in children_of(pid)]
-        assert len(group) == 3
+        assert len(group) == 4  # web, the run worker, the housekeeping worker, beat
         serve.send_signal(signal.SIGINT)
         assert serve.wait(timeout=40) == 0
         time.sleep(0.5)

@@ -63,6 +63,11 @@ def doc_index_refresh(workspace: Workspace, *, timeout: float = SCAN_TIMEOUT_SEC
     keep = set(present) | set(reply.get("deferred", []))
     changed = 0
     with transaction.atomic():
+        # Runs of one workspace refresh at once (a threaded worker): one at a time past
+        # here (the workspace's row locked; SQLite's write lock does it alone), each
+        # reading the index again, so a document another refresh just indexed is kept.
+        list(Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk"))
+        known = {e.path: e for e in DocIndexEntry.objects.filter(workspace=workspace)}
         for path, entry in known.items():
             if path not in keep:
                 _fts_delete(entry.pk)
@@ -72,6 +77,8 @@ def doc_index_refresh(workspace: Workspace, *, timeout: float = SCAN_TIMEOUT_SEC
             indexed = known.get(path)
             if indexed is None:
                 indexed = DocIndexEntry(workspace=workspace, path=path)
+            elif [indexed.mtime_ns, indexed.size] == list(present[path]):
+                continue  # indexed by a refresh that ran meanwhile
             else:
                 _fts_delete(indexed.pk)
             indexed.title, indexed.content = _title(text, path), text

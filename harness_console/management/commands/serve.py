@@ -1,4 +1,4 @@
-"""Start daphne, a Celery worker and Celery beat as one supervised group.
+"""Start daphne, the two Celery workers and Celery beat as one supervised group.
 
 Why not honcho: it signals each child's whole process group and kills after 5 s, while a
 Celery worker must get SIGTERM on its main process only and needs 7–9 s for a warm shutdown
@@ -23,10 +23,23 @@ from django.core.management.base import BaseCommand
 GRACE_SECONDS = 20
 
 
+HOUSEKEEPING_THREADS = 4
+
+
 def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[str, list[str]]:
-    """The three processes of the console; the test harness starts web and worker from here
-    too, so the tests run what ``make run`` runs."""
+    """The four processes of the console; the test harness and the benches start them from
+    here too, so they run what ``make run`` runs.
+
+    ``worker`` drives runs: the threads pool (settings: CELERY_WORKER_POOL) with
+    HARNESS_RUN_THREADS threads (CELERY_WORKER_CONCURRENCY), on the runs queue only.
+    ``housekeeping`` is a small threads pool for beat's sweepers and everything else, so a
+    sweeper never waits behind a backlog of runs. Both are the README's production lines.
+    """
     python = sys.executable
+    celery = [python, "-m", "celery", "-A", "harness_console"]
+    name, _, host_part = worker_name.partition("@")
+    # One machine: no peers to gossip or mingle with, so the workers start faster.
+    alone = ["--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     return {
         "web": [
             python,
@@ -38,29 +51,28 @@ def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[st
             str(port),
             "harness_console.asgi:application",
         ],
-        # One worker on one machine: no peers to gossip or mingle with, so start faster.
         "worker": [
-            python,
-            "-m",
-            "celery",
-            "-A",
-            "harness_console",
+            *celery,
             "worker",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--without-gossip",
-            "--without-mingle",
+            *alone,
+            "--queues",
+            settings.RUNS_QUEUE,
             "--hostname",
             worker_name,
         ],
+        "housekeeping": [
+            *celery,
+            "worker",
+            *alone,
+            "--queues",
+            f"{settings.HOUSEKEEPING_QUEUE},{settings.CELERY_TASK_DEFAULT_QUEUE}",
+            "--concurrency",
+            str(HOUSEKEEPING_THREADS),
+            "--hostname",
+            f"{name}-housekeeping@{host_part or '%h'}",
+        ],
         "beat": [
-            python,
-            "-m",
-            "celery",
-            "-A",
-            "harness_console",
+            *celery,
             "beat",
             "--loglevel",
             "INFO",
@@ -72,7 +84,8 @@ def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[st
 
 class Command(BaseCommand):
     help = (
-        "Run the console: daphne on HOST:PORT, a Celery worker and Celery beat. Ctrl-C stops all."
+        "Run the console: daphne on HOST:PORT, the run worker, the housekeeping worker and "
+        "Celery beat. Ctrl-C stops all."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -122,7 +135,7 @@ class Command(BaseCommand):
         return None
 
     def _stop_all(self, children: dict[str, subprocess.Popen]) -> None:
-        self.stdout.write("Stopping web, worker and beat (the worker finishes its tasks first)…")
+        self.stdout.write("Stopping web, workers and beat (the workers finish their tasks first)…")
         for process in children.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
