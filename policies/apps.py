@@ -10,8 +10,8 @@ class PoliciesConfig(AppConfig):
     def ready(self) -> None:
         # Django imports an app's config before its models: the receiver, which names a
         # model, is imported once they are loaded (the one way Django allows).
-        from .config_stamp import MODELS, config_row_changed
-        from .signals import workspace_saved
+        from .config_stamp import MODELS, config_row_changed  # names models: after loading
+        from .signals import workspace_saved  # the same
 
         post_save.connect(
             workspace_saved, sender="policies.Workspace", dispatch_uid="workspace_saved"

@@ -9,6 +9,7 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         from celery.signals import task_received
 
+        # leases imports the models: loaded by the time ready() runs, not at import.
         from .leases import run_received_signal
 
         # A worker notes which runs' messages it took, so the sweeper leaves them to it.

@@ -253,14 +253,6 @@ def test_the_threaded_worker_exports_its_spans(live_stack, model_answers, person
 
 @EVERYWHERE
 @pytest.mark.usefixtures("seeded")
-@pytest.mark.xfail(
-    not settings.EMBEDDED,
-    reason="A run holds its pooled connection through its model calls until runs.flow "
-    "releases it around each call (issue 17, the lead's part): HARNESS_DB_POOL_SIZE (10) "
-    "runs in flight at most. Strict: remove this once it passes.",
-    strict=True,
-    raises=TimeoutError,
-)
 def test_forty_runs_in_flight_survive_kill_9_of_the_run_worker(
     restored_worker, model_answers, personas, agent, notes
 ):

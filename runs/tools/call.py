@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -75,24 +76,17 @@ def tool_call_run(
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
-    Within a run, the run's active grants apply unless others are given. In a run's loop:
-    ``tool_use_id`` makes the call happen at most once (a row marked running is inserted
-    before the tool runs, with the bytes of the files it may write); ``hold_asks`` returns
-    an unsaved record when the policy asks a person, so the caller can ask one;
-    ``approved_by`` is that person's yes for this one call (a deny still wins); and
-    ``boundary`` refuses what the task's boundaries exclude (rule ``task-boundary``);
-    ``transform`` (the post_tool_use hooks) rewrites the output before anything stores or
-    shows it, so a redacted secret reaches neither the model, the page nor an artifact;
-    ``before_run`` (the pre_tool_use hooks) runs once the call is allowed, and may still
-    refuse it with a (rule, reason); ``fence`` is the transaction that journals the call and
-    records it with its effects (a run's lease fence: a worker that lost the run raises
-    :class:`~runs.leases.LeaseLost` there and changes nothing); ``recorded`` is called with
-    the finished record inside the transaction that records it (a run's checkpoint writes
-    the call's result message there too: one transaction); ``definition_of`` finds the
-    tool's definition (a driver keeps them for its claim).
+    The run's active grants apply unless others are given. ``tool_use_id``: at most once
+    (a call that may change something is inserted as running first, with the bytes of the
+    files it may write); ``hold_asks``: an ask comes back unsaved, for the caller to ask a
+    person; ``approved_by``: that person's yes (a deny still wins); ``boundary``: the
+    task's boundaries (rule ``task-boundary``); ``transform``: the post_tool_use hooks,
+    before anything stores or shows the output; ``before_run``: the pre_tool_use hooks,
+    which may still refuse with a (rule, reason); ``fence``: the transaction that journals
+    and records the call with its effects (a lost lease raises ``LeaseLost`` there);
+    ``recorded``: called with the record in it; ``definition_of``: the tool's definition.
     """
-    if grants is None:
-        grants = grants_for_run(run) if run is not None else ()
+    grants = grants if grants is not None else grants_for_run(run) if run is not None else ()
     record = ToolCall(
         workspace=workspace,
         run=run,
@@ -103,11 +97,10 @@ def tool_call_run(
         policy_version=policy.version,
         requested_by=user if getattr(user, "pk", None) else None,
     )
-    if definition_of is not None:
-        definition = definition_of(tool)
-    else:
-        definition = tool_definition(tool, for_evals=run is not None and run.agent.for_evals)
-    final = _Final(fence, recorded)
+    if definition_of is None:
+        for_evals = run is not None and run.agent.for_evals
+        definition_of = partial(tool_definition, for_evals=for_evals)
+    definition, final = definition_of(tool), _Final(fence, recorded)
     if refused := arguments_refusal(definition, tool, arguments):
         return _refuse(record, refused, final)
     assert definition is not None and isinstance(arguments, dict)
