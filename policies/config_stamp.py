@@ -11,14 +11,19 @@ worker reads its rows again, which is the safe side.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
 
+logger = logging.getLogger(__name__)
 KEY = "harness:decision-config-stamp"
 STAMP_SECONDS = 7 * 24 * 3600
+# However the stamp fares (a cache that was down when it should have moved), a worker
+# reads its rows again at least this often.
+MAX_AGE_SECONDS = 30.0
 
 # Models whose rows decide tool calls; a save or delete of any moves the stamp.
 MODELS = (
@@ -33,12 +38,17 @@ MODELS = (
 
 
 def config_stamp() -> str:
-    """The stamp now: created when the cache has none."""
-    stamp = cache.get(KEY)
-    if stamp is None:
-        cache.add(KEY, uuid.uuid4().hex, STAMP_SECONDS)
-        stamp = cache.get(KEY) or ""
-    return str(stamp)
+    """The stamp now: created when the cache has none; a stamp nobody holds when the cache
+    cannot be read (the rows are read again: the safe side)."""
+    try:
+        stamp = cache.get(KEY)
+        if stamp is None:
+            cache.add(KEY, uuid.uuid4().hex, STAMP_SECONDS)
+            stamp = cache.get(KEY)
+    except Exception:
+        logger.warning("Could not read the decision config stamp", exc_info=True)
+        stamp = None
+    return str(stamp) if stamp else uuid.uuid4().hex
 
 
 def config_changed() -> None:

@@ -87,9 +87,11 @@ def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
 
 
 def lease_release(lease: Lease) -> None:
-    """Free the run (it waits for a person, or it ended); the token stays, as a fence."""
+    """Free the run (it waits for a person, or it ended, or this worker gave it up); the
+    token stays, as a fence. Its receipt goes too: a run left active here is nobody's,
+    and the sweeper must not leave it to this worker's node."""
     Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-        lease_owner="", lease_expires_at=None
+        lease_owner="", lease_expires_at=None, received_by=""
     )
 
 
@@ -205,6 +207,8 @@ class Heartbeat:
 
     def _cancel_seen(self) -> None:
         self.cancelled = True
+        if not tool_calls_in_flight(run_id=self.lease.run_id):
+            return
         stopped = tool_processes_stop(run_id=self.lease.run_id, reason="the run was cancelled")
         if stopped:
             logger.info("Run %s was cancelled: %s tool call(s) stopped", self.lease.run_id, stopped)
@@ -253,7 +257,7 @@ class LeaseKeeper:
     def _run(self) -> None:
         try:
             while True:
-                self._wake.wait(min(lease_seconds() / 3, self.CANCEL_POLL_SECONDS))
+                self._wake.wait(self.CANCEL_POLL_SECONDS)
                 self._wake.clear()
                 beats = self.held()
                 if not beats:
@@ -262,19 +266,34 @@ class LeaseKeeper:
                             self._thread = None
                             return
                     continue
-                self.beat(beats)
+                try:
+                    self.beat(beats)
+                except Exception:  # never let the keeper die: every run would go unrenewed
+                    logger.exception("The lease keeper's beat failed")
         finally:
             connection.close()
 
+    def forked(self) -> None:
+        """In a process forked from this one: the parent's runs are not this one's."""
+        self._lock, self._beats, self._thread, self._renewed_at = (
+            threading.Lock(),
+            set(),
+            None,
+            0.0,
+        )
+
     def beat(self, beats: list[Heartbeat]) -> None:
-        """One beat: renew when due, else look for cancels; never raises."""
+        """One beat: renew when due, else look for cancels (every run's: a cancel asked
+        during a model call must be seen before the tool it asked for starts)."""
+        if not beats:
+            return
         now = time.monotonic()
         try:
             if now >= self._renewed_at + lease_seconds() / 3:
                 self._renew(beats)
                 self._renewed_at = now
             else:
-                self._cancels([b for b in beats if tool_calls_in_flight(run_id=b.lease.run_id)])
+                self._cancels(beats)
         except Exception:  # a busy database: try again next beat, while the leases last
             logger.warning("Could not renew the leases of %s run(s)", len(beats), exc_info=True)
             close_old_connections()
@@ -290,30 +309,32 @@ class LeaseKeeper:
         for beat in beats:
             ours |= Q(pk=beat.lease.run_id, lease_token=beat.lease.token)
         expires = timezone.now() + timedelta(seconds=lease_seconds())
-        Run.objects.filter(ours, status__in=CLAIMABLE).update(lease_expires_at=expires)
+        # Only a lease still held: one a wait or a release cleared is never set again.
+        Run.objects.filter(ours, status__in=CLAIMABLE, lease_expires_at__isnull=False).update(
+            lease_expires_at=expires
+        )
         found = {
             pk: (token, cancel)
             for pk, token, cancel in Run.objects.filter(
                 pk__in=[b.lease.run_id for b in beats]
             ).values_list("pk", "lease_token", "cancel_requested_at")
         }
-        workers_seen({node_of(b.lease.worker) for b in beats})
         renewed = time.monotonic()
+        try:
+            workers_seen({node_of(b.lease.worker) for b in beats})
+        except Exception:  # the cache's trouble is not the leases': they were renewed
+            logger.warning("Could not tell the cache this worker lives", exc_info=True)
         for beat in beats:
             token, cancel = found.get(Run._meta.pk.to_python(beat.lease.run_id), (None, None))
             if token != beat.lease.token:
                 beat._lost("another worker holds the run now")
                 continue
             beat.renewed = renewed
-            if cancel is not None and tool_calls_in_flight(run_id=beat.lease.run_id):
+            if cancel is not None:
                 beat._cancel_seen()
-            elif cancel is not None:
-                beat.cancelled = True
 
     def _cancels(self, beats: list[Heartbeat]) -> None:
-        """One indexed read, and only for the runs whose tools are in flight here."""
-        if not beats:
-            return
+        """One indexed read for every run of this process."""
         cancelled = set(
             Run.objects.filter(
                 pk__in=[b.lease.run_id for b in beats], cancel_requested_at__isnull=False
@@ -325,6 +346,7 @@ class LeaseKeeper:
 
 
 KEEPER = LeaseKeeper()
+os.register_at_fork(after_in_child=KEEPER.forked)
 
 
 # --- which runs the sweeper sends again ----------------------------------------------------
@@ -345,9 +367,15 @@ def workers_seen(nodes: set[str]) -> None:
 
 
 def workers_alive(nodes: set[str]) -> set[str]:
+    """The nodes whose keeper said so within a lease; none when the cache cannot say
+    (their runs are sent again: a duplicate dispatch is harmless)."""
     if not nodes:
         return set()
-    found = cache.get_many([ALIVE_KEY.format(n) for n in nodes])
+    try:
+        found = cache.get_many([ALIVE_KEY.format(n) for n in nodes])
+    except Exception:
+        logger.warning("Could not read which workers live", exc_info=True)
+        return set()
     return {n for n in nodes if found.get(ALIVE_KEY.format(n))}
 
 
@@ -356,7 +384,9 @@ def run_received(run_id: Any, node: str) -> None:
     worker's main process, before the task waits for a free thread): the run's message is
     that worker's now, and the sweeper leaves the run to it while it lives."""
     try:
-        Run.objects.filter(pk=run_id, lease_expires_at__isnull=True).update(received_by=node[:200])
+        Run.objects.filter(pk=run_id, lease_expires_at__isnull=True).update(
+            received_by=node[:200], received_at=timezone.now()
+        )
     except Exception:  # the sweeper's older rule still finds the run
         logger.warning("Could not note that %s received run %s", node, run_id, exc_info=True)
     finally:
@@ -389,41 +419,45 @@ def runs_to_sweep(
     *, limit: int = 500, queued: Callable[[], int | None] = run_queue_depth
 ) -> list[Any]:
     """Active runs whose worker is gone, and runs whose dispatch was lost; never a run whose
-    message still waits in the queue or in a live worker.
+    message still waits in the queue or in a live worker, nor one sent again within a
+    lease (``dispatched_at``: a backlog must not be answered with more messages).
 
     - A lease that expired: its worker stopped renewing it (killed, frozen, cut off).
     - An active run nobody claimed for a lease (created, or resumed after a decision):
-      received by a worker that is gone (its keeper stopped saying so), sent again; received
-      by a live one, left to it; received by none, sent again when the run queue is empty
-      (its message cannot be waiting) or after ``LOST_MESSAGE_LEASES`` leases behind a
-      backlog (a message lost while others wait). When the broker cannot say how many are
-      queued, sent again: a duplicate dispatch is harmless (the claim is conditional).
+      received by a worker that is gone (its keeper stopped saying so), sent again;
+      received by a live one, left to it for ``LOST_MESSAGE_LEASES`` leases (then sent
+      again: a task that died before its claim); received by none, sent again when the run
+      queue is empty (its message cannot be waiting) or after ``LOST_MESSAGE_LEASES``
+      leases behind a backlog. When the broker cannot say how many are queued, sent again.
     """
     now = timezone.now()
     stale = now - timedelta(seconds=lease_seconds())
+    long_lost = now - timedelta(seconds=lease_seconds() * LOST_MESSAGE_LEASES)
     rows = list(
         Run.objects.filter(status__in=CLAIMABLE)
+        .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale))
         .filter(
             Q(lease_expires_at__lt=now)
             | Q(lease_expires_at__isnull=True, status=run_status.CREATED, created_at__lt=stale)
             | Q(lease_expires_at__isnull=True, started_at__isnull=False, updated_at__lt=stale)
         )
         .order_by("updated_at")
-        .values_list("pk", "lease_expires_at", "received_by", "updated_at")[:limit]
+        .values_list(
+            "pk", "lease_expires_at", "received_by", "received_at", "dispatched_at", "updated_at"
+        )[:limit]
     )
-    alive = workers_alive({received for _, _, received, _ in rows if received})
-    long_lost = now - timedelta(seconds=lease_seconds() * LOST_MESSAGE_LEASES)
+    alive = workers_alive({row[2] for row in rows if row[2]})
     depth: int | None = -1  # not read yet
     found = []
-    for pk, expires, received, updated in rows:
+    for pk, expires, received, received_at, dispatched, updated in rows:
         if expires is not None:
             found.append(pk)
         elif received:
-            if received not in alive:
+            if received not in alive or (received_at or updated) < long_lost:
                 found.append(pk)
         else:
             if depth == -1:
                 depth = queued()
-            if not depth or updated < long_lost:
+            if not depth or (dispatched or updated) < long_lost:
                 found.append(pk)
     return found

@@ -95,8 +95,8 @@ def run_dispatch(*, run_id: Any) -> None:
     """Queue the run for a worker. A lost message is harmless: the sweeper finds an
     unclaimed run and dispatches it again. By the task's name: the tasks module imports
     the flow, which moves runs through this module."""
-    # A new message: nobody has received it yet (the sweeper reads this field).
-    Run.objects.filter(pk=run_id).exclude(received_by="").update(received_by="")
+    # A new message: nobody has received it yet, and it was sent now (the sweeper reads both).
+    Run.objects.filter(pk=run_id).update(received_by="", dispatched_at=timezone.now())
     try:
         current_app.send_task(RUN_EXECUTE, args=[str(run_id)])
     except Exception:

@@ -63,6 +63,8 @@ class Run(EvalAware):
     # each dispatch: the sweeper sends a run again only when that worker is gone, or when
     # nobody took it and its message cannot still be waiting in the queue.
     received_by = models.CharField(max_length=200, blank=True)
+    received_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)  # its last message sent
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

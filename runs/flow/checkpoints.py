@@ -42,18 +42,36 @@ def checkpoint(driver: Driver) -> Iterator[None]:
     first, so the events keep their order with any the caller appends) and, at the end,
     one bulk insert per table for the rows and events of both. A worker that lost the run
     raises :class:`~runs.leases.LeaseLost` before writing anything, and drops what it
-    held: the run goes on from its last checkpoint with its next holder.
+    held: the run goes on from its last checkpoint with its next holder. Any other failure
+    gives the held writes back to the driver (the run's failure then records them: a
+    model turn's usage and cost are never lost with it). Events are published on commit in
+    their numbers' order.
     """
     pending, driver.pending = driver.pending, Pending()
-    with transaction.atomic():
-        events = _fence_and_fields(driver, pending)
-        rows = list(pending.rows)
-        yield
-        if driver.pending:
-            later, driver.pending = driver.pending, Pending()
-            events += _fence_and_fields(driver, later)
-            rows += later.rows
-        _rows_insert(rows, events)
+    try:
+        with transaction.atomic():
+            events = _fence_and_fields(driver, pending)
+            rows = list(pending.rows)
+            _publish_on_commit(events)  # before any the caller appends: lower numbers
+            yield
+            if driver.pending:
+                later, driver.pending = driver.pending, Pending()
+                more = _fence_and_fields(driver, later)
+                _publish_on_commit(more)
+                events, rows = events + more, rows + later.rows
+            _rows_insert(rows, events)
+    except LeaseLost:
+        raise
+    except BaseException:
+        driver.pending = pending  # what the block deferred belonged to its failed step
+        raise
+
+
+def pending_flush(driver: Driver) -> None:
+    """Commit what the driver holds, if anything (before a failure, a hook's event, …)."""
+    if driver.pending:
+        with checkpoint(driver):
+            pass
 
 
 def defer_fields(driver: Driver, run: Run, **fields: Any) -> None:
@@ -91,8 +109,7 @@ def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
 
 
 def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:
-    """One insert per table, each table's rows in their order; the events published once
-    the transaction commits."""
+    """One insert per table, each table's rows in their order."""
     by_model: dict[type, list[Any]] = {}
     for row in rows:
         by_model.setdefault(type(row), []).append(row)
@@ -100,6 +117,10 @@ def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:
         model._default_manager.bulk_create(same)  # type: ignore[attr-defined]
     if events:
         RunEvent.objects.bulk_create(events)
+
+
+def _publish_on_commit(events: list[RunEvent]) -> None:
+    if events:
         transaction.on_commit(partial(events_publish, events), robust=True)
 
 

@@ -10,9 +10,10 @@ to the very next call.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from policies.config_stamp import config_stamp
+from policies.config_stamp import MAX_AGE_SECONDS, config_stamp
 from policies.core.hook_runner import Binding
 from policies.core.permissions import Grant, Policy
 from policies.hooks import hook_bindings_for
@@ -28,6 +29,7 @@ from .driver_state import Driver
 @dataclass
 class RunConfig:
     stamp: str
+    read_at: float
     agent: Agent
     policy: Policy
     grants: list[Grant]
@@ -45,11 +47,13 @@ def run_config(driver: Driver, run: Run) -> RunConfig:
     """The run's decision inputs, read again only when the stamp moved."""
     stamp = config_stamp()
     config: RunConfig | None = driver.config
-    if config is None or config.stamp != stamp:
+    now = time.monotonic()
+    if config is None or config.stamp != stamp or now > config.read_at + MAX_AGE_SECONDS:
         agent = Agent.objects.get(pk=run.agent_id) if config is not None else run.agent
         run.agent = agent
         config = RunConfig(
             stamp=stamp,
+            read_at=now,
             agent=agent,
             policy=policy_for_agent(agent),
             grants=grants_for_run(run),

@@ -14,7 +14,7 @@ from ..lifecycle import run_transition
 from ..models import Run
 from ..services import cancel_if_requested
 from .approval import approval_stage
-from .checkpoints import checkpoint, run_fail, username
+from .checkpoints import pending_flush, run_fail, username
 from .commit import commit_stage
 from .driver_state import Driver
 from .intake import intake_stage
@@ -55,23 +55,33 @@ def run_drive(*, run_id: Any, worker: str) -> None:
         run_fail(lease, f"abandoned after {MAX_TAKEOVERS} lost workers: its workers keep stopping")
         lease_release(lease)
         return
+    driver: Driver | None = None
     try:
         with Heartbeat(lease) as beat:
             driver = Driver(lease=lease, beat=beat)
             for _ in range(MAX_UNITS_PER_CLAIM):
                 if not isinstance(_advance(driver), Next):
                     break
-            if driver.pending:  # a stage that stopped with writes held: they are the run's
-                with checkpoint(driver):
-                    pass
+            pending_flush(driver)  # a stage that stopped with writes held: they are the run's
     except LeaseLost as error:
         logger.warning("Stopping: %s", error)
     except Exception as error:  # a harness bug: the run fails and says why, nothing is lost
         logger.exception("Run %s failed in the harness", run_id)
+        _held_written(driver)
         run_fail(lease, f"internal error in the harness: {type(error).__name__}: {error}"[:2000])
     finally:
         lease_release(lease)
         cancel_if_requested(run_id=run_id)
+
+
+def _held_written(driver: Driver | None) -> None:
+    """Before a harness failure: what the step held (a model turn, its usage and cost)."""
+    if driver is None or not driver.pending:
+        return
+    try:
+        pending_flush(driver)
+    except Exception:
+        logger.exception("Run %s: the held writes could not be recorded", driver.lease.run_id)
 
 
 def _advance(driver: Driver) -> StageOutcome:
@@ -82,9 +92,7 @@ def _advance(driver: Driver) -> StageOutcome:
     if driver.beat.lost:
         raise LeaseLost(f"The lease of run {driver.lease.run_id} expired.")
     if driver.run is None or not driver.current or driver.cancelled or driver.beat.cancelled:
-        if driver.pending:
-            with checkpoint(driver):
-                pass
+        pending_flush(driver)
         driver.run = Run.objects.select_related("agent", "workspace", "requester").get(
             pk=driver.lease.run_id
         )

@@ -290,6 +290,7 @@ def _turn_event(turn: _Turn) -> dict[str, Any]:
 
 def _loop_ended(driver: Driver, run: Run, action: loop.FinalOutput) -> StageOutcome:
     """The model is done: the loop's outcome, then on to Verify."""
+    driver.current = False  # its transitions below change the row behind the run in memory
     if action.outcome == "failed":
         return run_fail(driver.lease, action.reason)
     with fenced(driver.lease):

@@ -42,6 +42,7 @@ from .checkpoints import (
     checkpoint,
     defer_event,
     defer_fields,
+    pending_flush,
     run_fields_write,
     tool_event,
     username,
@@ -138,10 +139,22 @@ def _tool_call(
         approval = _approval_for(driver, run, tool_use_id, policy.version)
 
     def before_run(tool: str, arguments: dict[str, Any]) -> tuple[str, str] | None:
+        if driver.cancelled or driver.beat.cancelled:  # asked during the model call
+            return "cancelled", "the run was cancelled before this call started"
+        if _bound(config.hooks, "pre_tool_use"):
+            pending_flush(driver)  # the turn's events before the hook's
         halted = run_hooks.pre_tool_use(run, tool, arguments, config.hooks)
         if halted is None:
             return None
         return f"hook:{halted.handler}", f"halted by the {halted.handler} hook: {halted.reason}"
+
+    transform = run_hooks.post_tool_use_transform(run, tool, config.hooks)
+    if _bound(config.hooks, "post_tool_use"):
+        hooked = transform
+
+        def transform(output: dict[str, Any]) -> dict[str, Any]:
+            pending_flush(driver)
+            return hooked(output)
 
     try:
         record = tool_call_run(
@@ -155,7 +168,7 @@ def _tool_call(
             hold_asks=True,
             approved_by=approval.decided_by if approval is not None else None,
             boundary=boundary_check(run),
-            transform=run_hooks.post_tool_use_transform(run, tool, config.hooks),
+            transform=transform,
             before_run=before_run,
             fence=partial(checkpoint, driver),
             recorded=recorded if approval is None or not approval.edited_diff else None,
@@ -175,6 +188,10 @@ def _tool_call(
         _ask(driver, run, record, data)
         return None
     return record
+
+
+def _bound(hooks: list[Any], phase: str) -> bool:
+    return any(binding.phase == phase for binding in hooks)
 
 
 def _approval_for(
