@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 from policies.models import Agent, EvalAware, EvalTraffic, Workspace
 
@@ -308,7 +309,9 @@ class ToolCall(EvalAware):
         on_delete=models.SET_NULL,
         related_name="+",
     )
-    started_at = models.DateTimeField(auto_now_add=True)
+    # When the call began: set as the record is made, before any check or effect (a call
+    # that changes nothing is inserted only with its result)
+    started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
