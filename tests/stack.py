@@ -121,7 +121,7 @@ class LiveStack:
             worker_name=f"test-{self.port}-{name}-{self.generation}@%h",
         )[kind]
         self._spawn(name, argv)
-        wait_until(lambda: "ready." in self.log(name), timeout=60, what=f"the Celery {name}")
+        wait_until(lambda: "ready." in self.log(name), timeout=120, what=f"the Celery {name}")
 
     def kill_worker(self, name: str = "worker") -> None:
         """SIGKILL to the worker's whole process group: no warm shutdown, no cleanup."""
