@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from policies.context import context_build
 from policies.models import Policy
+from runs.core.intake.boundaries import task_paths
 from runs.models import Run, ToolCall
 
 from .core.canaries import leaks, strings_in
@@ -89,7 +90,10 @@ def _shown_to_model(run: Run) -> list[str]:
     outputs = list(run.tool_calls.values_list("output", flat=True))
     task = next(iter(run.messages.filter(kind="task").values_list("content", flat=True)), "")
     built = context_build(
-        agent=run.agent, workspace=run.workspace, task=task if isinstance(task, str) else ""
+        agent=run.agent,
+        workspace=run.workspace,
+        task=task if isinstance(task, str) else "",
+        paths=task_paths(run.task or {}),
     )
     prompt = [layer.text for layer in built.assembly.layers if layer.text]
     return strings_in([contents, outputs, prompt])

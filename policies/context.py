@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .core.assembler import Assembly, Layer, Rejected, Strategy, Unit, assemble
-from .core.instructions import decode_instruction
+from .core.instructions import DROP_ORDER, decode_instruction, scope_to_task
 from .core.layers import DEFAULTS_BY_NAME, MAX_BUDGET, effective_layers
 from .core.retrieval import Conflict, RetrievalPolicy, Segment, retrieved_units
 from .core.tokenizer import Tokenizer
@@ -35,6 +35,7 @@ class BuiltContext:
     conflicts: tuple[Conflict, ...]
     tokenizer: str
     workspace_root: str
+    paths: tuple[str, ...] = ()  # what the instruction files were scoped to
 
 
 @cache
@@ -107,6 +108,7 @@ def context_build(
     workspace: Workspace | None = None,
     workspace_path: Path | str | None = None,
     task: str = "",
+    paths: Sequence[str] = (),
     retrieved: Sequence[Segment] = (),
     memory: Sequence[Unit] = (),
     working_state: str = "",
@@ -115,7 +117,13 @@ def context_build(
     budgets: Mapping[str, int] | None = None,
     now: datetime | None = None,
 ) -> BuiltContext:
-    """Gather every layer for ``agent`` working in ``workspace`` and assemble the prompt."""
+    """Gather every layer for ``agent`` working in ``workspace`` and assemble the prompt.
+
+    ``paths``: what the task may touch (files, folders or globs relative to the workspace);
+    only the instruction files on the way to them are candidates (SPEC C5).
+    """
+    if isinstance(paths, str):
+        raise ContextError("Give the task's paths as a list, not one string.")
     if (workspace is None) == (workspace_path is None):
         raise ContextError("Give a workspace or a workspace folder, not both or neither.")
     folder = workspace.root if workspace is not None else workspace_path
@@ -124,6 +132,7 @@ def context_build(
     if not os.path.isdir(root):
         raise ContextError(f"The workspace folder {root} does not exist.")
     loaded = instructions_load(agent=agent, root=root)
+    instruction_units, instruction_rejected = scope_to_task(loaded.units, loaded.rejected, paths)
     project_units, project_rejected = _project_context(workspace, root)
     retrieved_u, retrieved_rejected, conflicts = retrieved_units(
         retrieved, now=now or timezone.now(), policy=RetrievalPolicy()
@@ -134,7 +143,7 @@ def context_build(
 
     sources: dict[str, tuple[tuple[Unit, ...], tuple[Rejected, ...]]] = {
         "identity": (units(agent.identity, f"agent:{agent.slug}:identity"), ()),
-        "instruction_files": (loaded.units, loaded.rejected),
+        "instruction_files": (instruction_units, instruction_rejected),
         "project_context": (project_units, project_rejected),
         "business_rules": (_business_rules(agent), ()),
         "task_state": (units(task, "task"), ()),
@@ -144,8 +153,9 @@ def context_build(
         "tool_results": (tuple(tool_results), ()),
         "output_schema": (units(output_schema, "output_schema"), ()),
     }
+    drop_order = {"instruction_files": DROP_ORDER}
     layers = [
-        Layer(spec.name, spec.strategy, budget, *sources[spec.name])
+        Layer(spec.name, spec.strategy, budget, *sources[spec.name], drop_order.get(spec.name, ""))
         for spec, budget in _layer_specs(agent, budgets or {})
     ]
     return BuiltContext(
@@ -153,6 +163,7 @@ def context_build(
         conflicts=conflicts,
         tokenizer=settings.HARNESS_TOKENIZER,
         workspace_root=root,
+        paths=tuple(dict.fromkeys(p for p in paths if p.strip())),
     )
 
 
@@ -186,6 +197,7 @@ def context_report(built: BuiltContext) -> dict[str, Any]:
         "estimated": assembly.estimated,
         "tokenizer": built.tokenizer,
         "workspace": built.workspace_root,
+        "paths": list(built.paths),
         "conflicts": [
             {"location": c.location, "source_ids": list(c.source_ids)} for c in built.conflicts
         ],

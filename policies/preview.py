@@ -16,6 +16,7 @@ from django.urls import reverse
 from .context import ContextError, context_build, context_report
 from .instruction_cache import instructions_invalidate
 from .models import Agent, Workspace
+from .task_scope import scope_paths
 
 
 class PreviewForm(forms.Form):
@@ -23,6 +24,26 @@ class PreviewForm(forms.Form):
     task = forms.CharField(
         required=False, max_length=20_000, widget=forms.Textarea(attrs={"rows": 3, "cols": 80})
     )
+    paths = forms.CharField(
+        required=False,
+        max_length=4_000,
+        label="Paths",
+        help_text="Files, folders or globs the task touches, one per line. Left empty, the "
+        "paths the task names. Only the AGENTS.md files on the way to them are sent.",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+    )
+
+    def clean_paths(self) -> list[str]:
+        lines = [line.strip() for line in self.cleaned_data["paths"].splitlines()]
+        paths = [line for line in lines if line]
+        if len(paths) > 50:
+            raise forms.ValidationError("Give at most 50 paths.")
+        for path in paths:
+            if path.startswith("/") or ".." in path.split("/"):  # NUL: the field refuses it
+                raise forms.ValidationError(
+                    f"{path!r}: give paths relative to the workspace, inside it."
+                )
+        return paths
 
 
 def budget_chart(report: dict[str, Any]) -> str:
@@ -62,7 +83,9 @@ def prompt_preview(request: HttpRequest, agent_id: int, each_context: dict) -> H
     if form.is_valid():
         workspace = form.cleaned_data["workspace"]
         try:
-            built = context_build(agent=agent, workspace=workspace, task=form.cleaned_data["task"])
+            task = form.cleaned_data["task"]
+            paths = scope_paths(task, form.cleaned_data["paths"])
+            built = context_build(agent=agent, workspace=workspace, task=task, paths=paths)
         except ContextError as problem:
             error = str(problem)
         else:
@@ -88,5 +111,11 @@ def reload_from_disk(request: HttpRequest, agent_id: int) -> HttpResponse:
     instructions_invalidate(root=workspace.root)
     messages.success(request, f"The AGENTS.md files of {workspace.name} will be read again.")
     url = reverse("admin:policies_agent_preview", args=[agent.pk])
-    query = urlencode({"workspace": workspace.pk, "task": request.POST.get("task", "")})
+    query = urlencode(
+        {
+            "workspace": workspace.pk,
+            "task": request.POST.get("task", ""),
+            "paths": "\n".join(request.POST.getlist("path")),
+        }
+    )
     return HttpResponseRedirect(f"{url}?{query}")

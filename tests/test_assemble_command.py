@@ -42,7 +42,13 @@ def test_json_has_each_layer_and_the_prompt(configured):
     agent, workspace = configured
     report = json.loads(
         run(
-            "--agent", agent.slug, "--workspace", workspace.name, "--task", "Fix the link", "--json"
+            "--agent",
+            agent.slug,
+            "--workspace",
+            workspace.name,
+            "--task",
+            "Fix the link in docs/guide.md",
+            "--json",
         )
     )
     layers = report["layers"]
@@ -68,8 +74,19 @@ def test_json_has_each_layer_and_the_prompt(configured):
         "file:docs/AGENTS.md",
         "db:instructions",
     ]
-    assert by_name["task_state"]["text"] == "Fix the link"
+    assert by_name["task_state"]["text"] == "Fix the link in docs/guide.md"
+    assert report["paths"] == ["docs/guide.md"]  # read from the task as intake reads it
     assert "The project is a small service." in by_name["project_context"]["text"]
+
+
+def test_without_a_path_only_the_root_s_file_and_the_database_s_are_sent(configured):
+    agent, workspace = configured
+    text = run("--agent", agent.slug, "--workspace", workspace.slug, "--task", "Fix the link")
+    assert "kept    file:AGENTS.md" in text and "kept    db:instructions" in text
+    assert "dropped file:docs/AGENTS.md (0): not on the task's path (the task names no file)" in (
+        text
+    )
+    assert "Docs rules" not in text.partition("--- prompt:")[2]
 
 
 def test_a_budget_override_drops_units_and_says_why(configured):
@@ -96,8 +113,11 @@ def test_a_budget_override_drops_units_and_says_why(configured):
 
 def test_the_text_report_lists_layers_and_the_prompt(configured):
     agent, workspace = configured
-    text = run("--agent", agent.slug, "--workspace-path", str(workspace.root_path))
+    text = run(
+        "--agent", agent.slug, "--workspace-path", str(workspace.root_path), "--path", "docs/a.md"
+    )
     assert " 1. identity [keep_or_drop] " in text and "(estimated)" in text
+    assert "scoped to the task's paths: docs/a.md" in text
     assert "kept    file:docs/AGENTS.md" in text
     assert "--- prompt:" in text and "Console instructions win." in text
 

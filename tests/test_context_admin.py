@@ -275,3 +275,48 @@ def test_reload_from_disk_keeps_the_task_being_previewed(admin_client, agent, wo
 def test_the_browser_icon_is_found_from_any_page(client):
     response = client.get("/favicon.ico")
     assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
+
+
+@pytest.fixture
+def scoped_workspace(workspace):
+    for folder, words in (("docs", "Docs rules."), ("app", "App rules.")):
+        (workspace.root_path / folder).mkdir()
+        (workspace.root_path / folder / "AGENTS.md").write_text(words)
+    (workspace.root_path / "AGENTS.md").write_text("Root rules.")
+    return workspace
+
+
+def preview(admin_client, agent, workspace, **query) -> str:
+    url = reverse("admin:policies_agent_preview", args=[agent.pk])
+    return admin_client.get(url, {"workspace": workspace.pk, **query}).content.decode()
+
+
+def test_the_preview_scopes_instruction_files_to_the_task_it_is_given(
+    admin_client, agent, scoped_workspace
+):
+    html = preview(admin_client, agent, scoped_workspace, task="Fix a typo in docs/guide.md")
+    assert "scoped to the task's paths: <code>docs/guide.md</code>" in html
+    assert "Docs rules." in html and "Root rules." in html
+    assert "file:app/AGENTS.md (0): not on the task&#x27;s path (docs/guide.md)" in html
+    # Paths given win over the task's; none at all leaves the root's file alone.
+    html = preview(admin_client, agent, scoped_workspace, task="Fix docs/x.md", paths="app/a.py")
+    assert "App rules." in html and "file:docs/AGENTS.md (0): not on the task" in html
+    html = preview(admin_client, agent, scoped_workspace)
+    assert "no path: the task names none" in html and "Docs rules." not in html.split("<h2>")[-1]
+
+
+@pytest.mark.parametrize("bad", ["/etc/passwd", "docs/../../x", "../x"])
+def test_a_path_outside_the_workspace_is_refused_by_the_preview(
+    admin_client, agent, scoped_workspace, bad
+):
+    html = preview(admin_client, agent, scoped_workspace, paths=bad)
+    assert "give paths relative to the workspace, inside it" in html
+    assert 'id="layers"' not in html
+
+
+def test_reload_from_disk_keeps_the_paths_being_previewed(admin_client, agent, workspace):
+    response = admin_client.post(
+        reverse("admin:policies_agent_reload", args=[agent.pk]),
+        {"workspace": workspace.pk, "task": "", "path": ["docs/a.md", "app/b.py"]},
+    )
+    assert "paths=docs%2Fa.md%0Aapp%2Fb.py" in response["Location"]

@@ -79,7 +79,9 @@ def test_every_broken_file_is_reported_in_the_assembly_and_the_rest_still_loads(
         handle.truncate(MAX_INSTRUCTION_BYTES + 1)
     (tmp_path / "big").mkdir()
     os.symlink(tmp_path / "huge.bin", tmp_path / "big" / "AGENTS.md")
-    layer = context_build(agent=agent, workspace_path=tmp_path).assembly.layer("instruction_files")
+    paths = ["good/a.md", "empty/a.md"]  # big/ and the root's are off the path or not
+    built = context_build(agent=agent, workspace_path=tmp_path, paths=paths)
+    layer = built.assembly.layer("instruction_files")
     assert [k.source_id for k in layer.kept] == ["file:good/AGENTS.md"]
     reasons = {d.source_id: d.reason for d in layer.dropped}
     assert reasons["file:AGENTS.md"] == "not valid UTF-8 (byte 0)"

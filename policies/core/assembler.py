@@ -36,7 +36,7 @@ LAYER_SEPARATOR: Final = "\n\n"
 TRUNCATION_MARKER: Final = "\n[... truncated ...]"  # ASCII: keeps ASCII text ASCII
 
 REASON_OVER_BUDGET: Final = "over budget: dropped from the head of the list until the rest fits"
-REASON_UNIT_TOO_LARGE: Final = "larger than the whole layer budget"
+REASON_UNIT_TOO_LARGE: Final = "larger than the whole layer budget (a unit is never split)"
 REASON_ALL_OR_NOTHING: Final = (
     "keep_or_drop: the layer does not fit its budget, so none of it is kept"
 )
@@ -73,6 +73,9 @@ class Layer:
     budget: int
     units: tuple[Unit, ...] = ()
     rejected: tuple[Rejected, ...] = ()
+    # What the head of the list is, in the layer's own words ("the least specific files"):
+    # the reason given for a unit dropped over budget then names the rule that dropped it.
+    drop_order: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -208,7 +211,8 @@ def _fit(layer: Layer, position: int, tokenizer: Tokenizer) -> LayerResult:
     if layer.budget == 0 and texts:
         plan = _Plan("", (), ((range(len(texts)), REASON_ZERO_BUDGET),))
     elif layer.strategy == "drop_whole_units":
-        plan = _drop_whole_units(texts, layer.budget, tokenizer)
+        over = over_budget_reason(layer.drop_order)
+        plan = _drop_whole_units(texts, layer.budget, tokenizer, over)
     elif layer.strategy == "truncate_tail":
         plan = _truncate_tail(texts, layer.budget, tokenizer)
     else:
@@ -243,7 +247,16 @@ def _sizes(texts: list[str], joined: str, tokenizer: Tokenizer) -> tuple[list[in
     return list(map(tokenizer.size, texts)), False
 
 
-def _drop_whole_units(texts: list[str], budget: int, tokenizer: Tokenizer) -> _Plan:
+def over_budget_reason(drop_order: str = "") -> str:
+    """The reason of a unit dropped over budget: which of the layer's units go first."""
+    if not drop_order:
+        return REASON_OVER_BUDGET
+    return f"over budget: {drop_order} are dropped first, until the rest fits"
+
+
+def _drop_whole_units(
+    texts: list[str], budget: int, tokenizer: Tokenizer, over: str = REASON_OVER_BUDGET
+) -> _Plan:
     """Linear, and mostly in C: one join to see if all fits, one pass for sizes, a chunked
     walk for the head to drop, one join of what is left."""
     joined = UNIT_SEPARATOR.join(texts)
@@ -273,7 +286,7 @@ def _drop_whole_units(texts: list[str], budget: int, tokenizer: Tokenizer) -> _P
     return _Plan(
         text,
         fitting[head:],
-        ((too_large, REASON_UNIT_TOO_LARGE), (fitting[:head], REASON_OVER_BUDGET)),
+        ((too_large, REASON_UNIT_TOO_LARGE), (fitting[:head], over)),
     )
 
 

@@ -25,12 +25,16 @@ class LayerSpec:
 
 DEFAULT_LAYERS: Final[tuple[LayerSpec, ...]] = (
     LayerSpec("identity", 1, "keep_or_drop", 2_000, "Who the agent is."),
+    # Sized on a real repository (bytedance/deer-flow: 24 AGENTS.md files, 97,000 tokens
+    # in all, 60 to 10,200 each): the files on the longest path from its root to a source
+    # file come to 19,400 tokens, so 24,000 holds every path there with the database's
+    # instructions beside them. Only the files on the task's path are candidates (C5).
     LayerSpec(
         "instruction_files",
         2,
         "drop_whole_units",
-        8_000,
-        "AGENTS.md files, root first, then deeper folders, then the database's.",
+        24_000,
+        "AGENTS.md files on the task's path, root first, then deeper folders, then the database's.",
     ),
     LayerSpec(
         "project_context",

@@ -20,6 +20,7 @@ from ..conversation import message_append, message_new, messages_for_api
 from ..core import loop
 from ..core import status as run_status
 from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
+from ..core.intake.boundaries import task_paths
 from ..core.model_turns import OFFLINE_REPLAY, ModelError, ModelTurn, Usage
 from ..leases import fenced
 from ..lifecycle import run_transition
@@ -88,7 +89,12 @@ def _prompt(driver: Driver, run: Run) -> None:
     marked for prompt caching, the rest after it; only tools the task may use."""
     if driver.system is not None:
         return
-    built = context_build(agent=run.agent, workspace=run.workspace, task=task_text(run))
+    built = context_build(
+        agent=run.agent,
+        workspace=run.workspace,
+        task=task_text(run),
+        paths=task_paths(run.task or {}),
+    )
     layers = built.assembly.layers
     stable = "\n\n".join(
         layer.text for layer in layers if layer.name in STABLE_LAYERS and layer.text

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
 
 from policies.context import ContextError, context_build, context_report, parse_budgets
+from policies.task_scope import scope_paths
 
 from ...models import Agent, Workspace
 
@@ -22,6 +23,13 @@ class Command(BaseCommand):
         where.add_argument("--workspace", help="A workspace's slug or name.")
         where.add_argument("--workspace-path", help="Any folder, as a workspace.")
         parser.add_argument("--task", default="", help="The task text (the task_state layer).")
+        parser.add_argument(
+            "--path",
+            action="append",
+            default=[],
+            help="A file, folder or glob the task touches; repeatable. Without it, the paths "
+            "the task text names. Only the AGENTS.md files on the way to them are sent.",
+        )
         parser.add_argument(
             "--budget",
             action="append",
@@ -48,6 +56,7 @@ class Command(BaseCommand):
                 workspace=workspace,
                 workspace_path=options["workspace_path"],
                 task=options["task"],
+                paths=scope_paths(options["task"], options["path"]),
                 budgets=parse_budgets(options["budget"]),
             )
         except ContextError as error:
@@ -61,6 +70,8 @@ class Command(BaseCommand):
     def _print(self, report: dict[str, Any]) -> None:
         unit = " (estimated)" if report["estimated"] else ""
         self.stdout.write(f"Workspace {report['workspace']} · tokenizer {report['tokenizer']}")
+        paths = ", ".join(report["paths"]) or "none (the root's instructions only)"
+        self.stdout.write(f"Instruction files scoped to the task's paths: {paths}")
         for layer in report["layers"]:
             flag = " · truncated" if layer["truncated"] else ""
             self.stdout.write(

@@ -35,6 +35,7 @@ TOOLS: Final[dict[Intent, tuple[str, ...]]] = {
     "unknown": _READ_TOOLS,
 }
 _WRITING_ROLES: Final = frozenset({"path", "source", "target"})
+_PATH_ROLES: Final = _WRITING_ROLES | {"reference"}  # every role that names a file
 # No intent includes the raw shell (SPEC T9): only a task that needs a command run has it,
 # and then every call of it asks a person to type the command (L3, human only).
 
@@ -57,6 +58,20 @@ def task_boundaries(
     if available_tools:
         tools = tuple(t for t in tools if t in set(available_tools))
     return Boundaries(("**",), tuple(writes), tools)
+
+
+def task_paths(task: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths a structured task (as stored) names: the files and folders it reads or
+    writes by name, which scope its instruction files (SPEC C5). Reads anywhere (``**``)
+    name nothing: a question about one file is scoped to that file's folders."""
+    named: list[str] = []
+    for parameter in task.get("parameters") or ():
+        if parameter.get("name") in _PATH_ROLES and parameter.get("value"):
+            named.append(str(parameter["value"]))
+    bounds = task.get("boundaries") or {}
+    named += [str(p) for p in bounds.get("write_paths") or ()]
+    named += [str(p) for p in bounds.get("read_paths") or () if p != "**"]
+    return tuple(dict.fromkeys(named))
 
 
 def side_effect_outside(
