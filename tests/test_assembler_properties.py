@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -174,3 +175,22 @@ def test_long_layers_keep_every_guarantee(unit_texts, budget, strategy):
         whole = UNIT_SEPARATOR.join(unit_texts)
         assert whole.startswith(result.text.removesuffix(TRUNCATION_MARKER))
         assert len(kept) + len(result.dropped) == len(units)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.text(alphabet="ab\n", max_size=30), min_size=1, max_size=400),
+    st.integers(min_value=0, max_value=2000),
+    st.sampled_from(STRATEGIES),
+)
+def test_texts_held_as_a_column_assemble_exactly_as_the_records(unit_texts, budget, strategy):
+    """The column is only another way to hand over the same texts: every result is equal."""
+    units = tuple(Unit(f"u{i}", t) for i, t in enumerate(unit_texts))
+    records = assemble([Layer("l", strategy, budget, units)], TOKENIZER).layers[0]
+    column = Layer("l", strategy, budget, units, texts=tuple(unit_texts))
+    assert assemble([column], TOKENIZER).layers[0] == records
+
+
+def test_a_column_of_another_length_than_the_units_is_refused():
+    with pytest.raises(ValueError, match="one text per unit"):
+        Layer("l", "drop_whole_units", 10, (Unit("a", "x"),), texts=("x", "y"))

@@ -21,10 +21,12 @@ prompt; layers join with a blank line, which belongs to no layer.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
+from itertools import accumulate, repeat
+from operator import add, attrgetter
 from typing import Final, Literal, get_args
 
 from .tokenizer import Tokenizer
@@ -76,8 +78,14 @@ class Layer:
     # What the head of the list is, in the layer's own words ("the least specific files"):
     # the reason given for a unit dropped over budget then names the rule that dropped it.
     drop_order: str = ""
+    # The units' texts as a column of their own, for a caller that holds them so (a loader
+    # that keeps what it read as a list of texts beside the records): fitting then reads
+    # this list and never the records. Left out, it is read off the units.
+    texts: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.texts is not None and len(self.texts) != len(self.units):
+            raise ValueError(f"Layer {self.name!r}: one text per unit, in the units' order.")
         if self.strategy not in STRATEGIES:
             raise ValueError(
                 f"Layer {self.name!r}: unknown strategy {self.strategy!r}; "
@@ -112,6 +120,9 @@ class _Plan:
     cut_index: int | None = None  # the kept unit truncate_tail cut
     cut_text: str = ""
     truncated: bool = False
+    # The first dropped group holds units too large for the budget among those dropped over
+    # it: which are which is decided only when the records are built.
+    by_size: int | None = None  # the budget in size units that a unit may not exceed
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +153,15 @@ class LayerResult:
     @cached_property
     def dropped(self) -> tuple[Dropped, ...]:
         rejected = tuple(Dropped(r.source_id, 0, r.reason, r.path) for r in self._rejected)
+        groups = list(self._plan.dropped)
+        if self._plan.by_size is not None and groups:
+            (indices, over), room = groups[0], self._plan.by_size
+            large = [i for i in indices if len(self._units[i].text) > room]
+            taken = set(large)
+            groups[0:1] = [
+                (large, REASON_UNIT_TOO_LARGE),
+                ([i for i in indices if i not in taken], over),
+            ]
         return rejected + tuple(
             Dropped(
                 self._units[i].source_id,
@@ -149,7 +169,7 @@ class LayerResult:
                 reason,
                 self._units[i].path,
             )
-            for indices, reason in self._plan.dropped
+            for indices, reason in groups
             for i in indices
         )
 
@@ -207,7 +227,7 @@ def assemble(layers: Sequence[Layer], tokenizer: Tokenizer) -> Assembly:
 
 
 def _fit(layer: Layer, position: int, tokenizer: Tokenizer) -> LayerResult:
-    texts = list(map(_TEXT, layer.units))
+    texts = layer.texts if layer.texts is not None else tuple(map(_TEXT, layer.units))
     if layer.budget == 0 and texts:
         plan = _Plan("", (), ((range(len(texts)), REASON_ZERO_BUDGET),))
     elif layer.strategy == "drop_whole_units":
@@ -236,7 +256,7 @@ def _fit(layer: Layer, position: int, tokenizer: Tokenizer) -> LayerResult:
 _TEXT = attrgetter("text")
 
 
-def _sizes(texts: list[str], joined: str, tokenizer: Tokenizer) -> tuple[list[int], bool]:
+def _sizes(texts: Sequence[str], joined: str, tokenizer: Tokenizer) -> tuple[list[int], bool]:
     """Additive sizes of each text, and whether they are also character counts.
 
     When the tokenizer's size is the UTF-8 length and the joined text is ASCII (an O(1)
@@ -255,13 +275,18 @@ def over_budget_reason(drop_order: str = "") -> str:
 
 
 def _drop_whole_units(
-    texts: list[str], budget: int, tokenizer: Tokenizer, over: str = REASON_OVER_BUDGET
+    texts: Sequence[str], budget: int, tokenizer: Tokenizer, over: str = REASON_OVER_BUDGET
 ) -> _Plan:
     """Linear, and mostly in C: one join to see if all fits, one pass for sizes, a chunked
     walk for the head to drop, one join of what is left."""
     joined = UNIT_SEPARATOR.join(texts)
     if tokenizer.count(joined) <= budget:
         return _Plan(joined, range(len(texts)))
+    room = _bytes_within(budget, tokenizer)
+    if room is not None and joined.isascii():
+        plan = _drop_head_by_length(texts, joined, room, over)
+        if plan is not None:
+            return plan
     sizes, sizes_are_chars = _sizes(texts, joined, tokenizer)
     fits = tokenizer.tokens_for_size
     too_large: list[int] = []
@@ -290,7 +315,52 @@ def _drop_whole_units(
     )
 
 
-def _join_from(texts: list[str], fitting: Sequence[int], head: int) -> str:
+def _bytes_within(budget: int, tokenizer: Tokenizer) -> int | None:
+    """The most UTF-8 bytes within ``budget`` for a tokenizer that counts bytes (None for
+    any other): then an ASCII text's length is its size, and no count needs calling."""
+    per_token = getattr(tokenizer, "bytes_per_token", None)
+    if getattr(tokenizer, "size_is_utf8_length", False) and isinstance(per_token, int):
+        return per_token * budget
+    return None
+
+
+def _drop_head_by_length(texts: Sequence[str], joined: str, room: int, over: str) -> _Plan | None:
+    """The longest tail of the units that fits ``room`` characters, found from the end in
+    chunks summed in C: only the kept part is measured, and the text is a slice of the
+    join. A unit of a tail that fits is no larger than the room, so none needs checking but
+    the one the walk stops at: if that one is larger than the room, it must be set aside
+    and units before it kept instead, which the general path does (None)."""
+    separator = len(UNIT_SEPARATOR)
+    end, used = len(texts), -separator  # the size of the kept tail, joined
+    # One first stride to nine tenths of the expected boundary (by the mean unit length),
+    # then chunks: a few iterations whatever the number of units.
+    stride = int(0.9 * room * len(texts) / (len(joined) + separator))
+    while end > 0:
+        start = max(0, end - max(stride, _TAIL_CHUNK))
+        stride = 0
+        chunk = texts[start:end]
+        span = sum(map(len, chunk)) + separator * len(chunk)
+        if used + span <= room:
+            used, end = used + span, start
+            continue
+        # The chunk the boundary falls in: the sizes of its last 1, 2, ... units with their
+        # separators, summed in C, and the most that fit, by bisection.
+        lengths = list(map(len, reversed(chunk)))
+        tail = list(accumulate(map(add, lengths, repeat(separator))))
+        count = bisect_right(tail, room - used)
+        if lengths[count] > room:
+            return None
+        if count:
+            used, end = used + tail[count - 1], end - count
+        break
+    text = joined[len(joined) - used :] if end < len(texts) else ""
+    return _Plan(text, range(end, len(texts)), ((range(end), over),), by_size=room)
+
+
+_TAIL_CHUNK = 64
+
+
+def _join_from(texts: Sequence[str], fitting: Sequence[int], head: int) -> str:
     if isinstance(fitting, range):
         return UNIT_SEPARATOR.join(texts[head:])
     return UNIT_SEPARATOR.join([texts[i] for i in fitting[head:]])
@@ -335,36 +405,53 @@ def _first_start_at_or_after(lengths: Sequence[int], separator: int, target: int
     return index
 
 
-def _keep_or_drop(texts: list[str], budget: int, tokenizer: Tokenizer) -> _Plan:
+def _keep_or_drop(texts: Sequence[str], budget: int, tokenizer: Tokenizer) -> _Plan:
     text = UNIT_SEPARATOR.join(texts)
     if tokenizer.count(text) <= budget:
         return _Plan(text, range(len(texts)))
     return _Plan("", (), ((range(len(texts)), REASON_ALL_OR_NOTHING),))
 
 
-def _truncate_tail(texts: list[str], budget: int, tokenizer: Tokenizer) -> _Plan:
+def _truncate_tail(texts: Sequence[str], budget: int, tokenizer: Tokenizer) -> _Plan:
     text = UNIT_SEPARATOR.join(texts)
     if tokenizer.count(text) <= budget:
         return _Plan(text, range(len(texts)))
     if tokenizer.count(TRUNCATION_MARKER) > budget:
         return _Plan("", (), ((range(len(texts)), REASON_NO_ROOM),))
     cut = _longest_prefix(text, budget, tokenizer)
-    lengths = list(map(len, texts))
-    separator = len(UNIT_SEPARATOR)
     # The unit the cut falls in (or, if it falls in a separator, the unit before it).
-    index = _first_start_at_or_after(lengths, separator, cut + 1) - 1
-    start = sum(lengths[:index]) + separator * index
-    whole = cut >= start + lengths[index]
+    index, start = _unit_at(texts, cut)
+    whole = cut >= start + len(texts[index])
     first_dropped = index + 1 if (whole or cut > start) else index  # nothing of it kept
     cut_index = None if whole or cut == start else index
+    kept = text[:cut]
+    kept += TRUNCATION_MARKER  # in place: the prefix is copied once
     return _Plan(
-        text[:cut] + TRUNCATION_MARKER,
+        kept,
         range(first_dropped),
         ((range(first_dropped, len(texts)), REASON_AFTER_CUT),),
         cut_index=cut_index,
         cut_text=text[start:cut] if cut_index is not None else "",
         truncated=True,
     )
+
+
+def _unit_at(texts: Sequence[str], offset: int) -> tuple[int, int]:
+    """The index and start of the last unit starting at or before ``offset`` of the joined
+    text: walked from the head in chunks summed in C, so only the units before the offset
+    are measured."""
+    separator = len(UNIT_SEPARATOR)
+    index, position = 0, 0  # the start of unit ``index``
+    while True:
+        chunk = texts[index : index + _TAIL_CHUNK]
+        span = sum(map(len, chunk)) + separator * len(chunk)
+        if position + span > offset or index + len(chunk) >= len(texts):
+            break
+        index, position = index + len(chunk), position + span
+    # Starts of the chunk's units after its first: bisect for the last one ≤ offset.
+    starts = list(accumulate(map(add, map(len, chunk), repeat(separator)), initial=position))
+    within = bisect_right(starts, offset, hi=len(chunk)) - 1
+    return index + within, starts[within]
 
 
 def _longest_prefix(text: str, budget: int, tokenizer: Tokenizer) -> int:
