@@ -195,6 +195,11 @@ def test_paths_given_as_one_string_are_refused(agent, repository):
         ("src/a/AGENTS.md", ["src/*.py"], False),  # ... or not
         ("docs/AGENTS.md", ["**/*.md"], True),
         ("docs/AGENTS.md", ["./docs/a.md"], True),
+        ("app/AGENTS.md", ["docs/../app/x.py"], True),  # where the path really leads
+        ("docs/AGENTS.md", ["docs/../app/x.py"], False),
+        ("x/AGENTS.md", ["../x/a.md"], False),  # out of the workspace: nothing
+        ("x/AGENTS.md", ["docs/../../x/a.md"], False),
+        ("docs/AGENTS.md", ["docs\\a.md"], True),
     ],
 )
 def test_what_a_path_covers(instruction_file, paths, covered):

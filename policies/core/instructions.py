@@ -13,6 +13,7 @@ frontend file the task is about). A task that names no path gets the root's alon
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -105,8 +106,11 @@ def _task_folders(paths: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]
     on_path: set[str] = {""}
     below: list[str] = []
     for raw in paths:
-        path = raw.strip().strip("/").removeprefix("./")
+        # "docs/../app/x.py" is in app/; what would climb out of the workspace names nothing
+        path = posixpath.normpath(raw.strip().replace("\\", "/")).lstrip("/")
         parts = [part for part in path.split("/") if part not in ("", ".")]
+        if ".." in parts:
+            continue
         literal: list[str] = []
         for index, part in enumerate(parts):
             if _WILDCARDS & set(part):
