@@ -36,6 +36,7 @@ class BuiltContext:
     tokenizer: str
     workspace_root: str
     paths: tuple[str, ...] = ()  # what the instruction files were scoped to
+    instruction_version: int | None = None  # the console's instructions, when there are
 
 
 @cache
@@ -164,6 +165,7 @@ def context_build(
         tokenizer=settings.HARNESS_TOKENIZER,
         workspace_root=root,
         paths=tuple(dict.fromkeys(p for p in paths if p.strip())),
+        instruction_version=loaded.database_version,
     )
 
 

@@ -192,6 +192,7 @@ class RunDetailSerializer(RunSerializer):
             "tool_calls",
             "artifacts",
             "rollback",
+            "effective_config",
         ]
 
     def get_model_calls(self, run: Run) -> list[dict[str, Any]]:

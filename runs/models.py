@@ -52,6 +52,8 @@ class Run(EvalAware):
     loop = models.JSONField(default=dict, blank=True)
     verification = models.JSONField(default=dict, blank=True)
     compaction = models.JSONField(default=dict, blank=True)
+    # What the run used, recorded with its first prompt (policies.effective_config).
+    effective_config = models.JSONField(default=dict, blank=True)
     # The lease (R9): a worker owns the run while lease_expires_at is in the future; every
     # claim increments the fencing token, so a worker that lost its lease cannot write.
     lease_owner = models.CharField(max_length=200, blank=True)

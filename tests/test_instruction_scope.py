@@ -7,10 +7,12 @@ made up here."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from policies.core.instructions import (
 )
 from policies.core.layers import DEFAULTS_BY_NAME
 from policies.core.tokenizer import ByteEstimate
+from policies.permissions import policy_for_agent
 from policies.services import instruction_update
 from policies.task_scope import paths_of_request, scope_paths
 from runs.core.intake import intake
@@ -294,3 +297,52 @@ def test_a_run_sends_the_model_only_the_instruction_files_on_its_path(
     system = "\n".join(block["text"] for block in api.requests[0]["body"]["system"])
     assert "Root rules." in system and "Docs rules." in system
     assert "App rules." not in system
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_a_run_records_the_configuration_it_used_and_keeps_it_after_edits(
+    personas, agent, workspace, api, client
+):
+    root = workspace.root_path
+    (root / "docs").mkdir()
+    (root / "docs" / "AGENTS.md").write_text("Docs rules.")
+    (root / "app").mkdir()
+    (root / "app" / "AGENTS.md").write_text("App rules.")
+    (root / "docs" / "notes.md").write_text("# Notes\n")
+    instruction_update(agent=agent, text="Console rules win.", author=personas.admin)
+    api.answers.append(message([{"type": "text", "text": "Notes, nothing more."}]))
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    used = run.effective_config
+    system = "\n".join(block["text"] for block in api.requests[0]["body"]["system"])
+    files = {s["path"]: s["sha256"] for s in used["instructions"] if "path" in s}
+    assert list(files) == ["AGENTS.md", "docs/AGENTS.md"]
+    header = "<!-- instructions from docs/AGENTS.md -->\nDocs rules."
+    assert files["docs/AGENTS.md"] == hashlib.sha256(header.encode()).hexdigest()
+    assert header in system
+    assert used["instructions"][-1] == {"source": DATABASE_SOURCE, "version": 1}
+    assert used["instructions_scoped_to"] == ["docs/notes.md"]
+    assert used["instructions_left_out"] == 1  # app/
+    assert used["agent"] == {"slug": agent.slug, "model": agent.model, "max_turns": agent.max_turns}
+    policy = policy_for_agent(agent)
+    assert used["policy"] == {"name": policy.name, "version": policy.version}
+
+    # Later edits change nothing of what the run says it used.
+    (root / "docs" / "AGENTS.md").write_text("Docs rules, edited.")
+    instruction_update(agent=agent, text="Console rules, edited.", author=personas.admin)
+    run.refresh_from_db()
+    assert run.effective_config == used
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert 'id="run-config"' in page and "<code>docs/AGENTS.md</code>" in page
+    assert "the console's, version 1" in page and files["docs/AGENTS.md"][:12] in page
+    detail = client.get(f"/api/runs/{run.pk}/").json()
+    assert detail["effective_config"] == used

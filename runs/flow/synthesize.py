@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from policies.context import context_build
 from policies.core.tool_specs import BUILTIN_TOOLS
+from policies.effective_config import effective_config
 from policies.permissions import policy_for_agent
 
 from ..conversation import message_append, message_new, messages_for_api
@@ -106,6 +107,9 @@ def _prompt(driver: Driver, run: Run) -> None:
     )
     driver.system = system_blocks(stable, variable)
     policy = policy_for_agent(run.agent)
+    if not run.effective_config:  # the first prompt's: a takeover keeps what was used
+        used = effective_config(agent=run.agent, built=built, policy=policy)
+        defer_fields(driver, run, effective_config=used)
     allowed = set(((run.task or {}).get("boundaries") or {}).get("tools") or ())
     driver.tools = [
         t
