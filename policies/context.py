@@ -109,7 +109,7 @@ def context_build(
     workspace: Workspace | None = None,
     workspace_path: Path | str | None = None,
     task: str = "",
-    paths: Sequence[str] = (),
+    paths: Sequence[str] | None = (),
     retrieved: Sequence[Segment] = (),
     memory: Sequence[Unit] = (),
     working_state: str = "",
@@ -123,8 +123,9 @@ def context_build(
     ``paths``: what the task may touch (files, folders or globs relative to the workspace);
     only the instruction files on the way to them are candidates (SPEC C5).
     """
-    if isinstance(paths, str):
-        raise ContextError("Give the task's paths as a list, not one string.")
+    if isinstance(paths, str) or not all(isinstance(p, str) for p in paths or ()):
+        raise ContextError("Give the task's paths as a list of strings, not one string.")
+    paths = tuple(dict.fromkeys(p.strip() for p in paths or () if p.strip()))
     if (workspace is None) == (workspace_path is None):
         raise ContextError("Give a workspace or a workspace folder, not both or neither.")
     folder = workspace.root if workspace is not None else workspace_path
@@ -164,7 +165,7 @@ def context_build(
         conflicts=conflicts,
         tokenizer=settings.HARNESS_TOKENIZER,
         workspace_root=root,
-        paths=tuple(dict.fromkeys(p for p in paths if p.strip())),
+        paths=paths,
         instruction_version=loaded.database_version,
     )
 

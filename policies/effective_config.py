@@ -1,5 +1,6 @@
 """What a run used, recorded when it starts (SPEC C8; issue 20): the agent, the instruction
-sources the prompt was built from (each file's hash, the console's version), the policy's
+sources the prompt was built from (the sha256 of each file's text as the model was sent it,
+under its header; the console instructions' version), the policy's
 version and the hook bindings. Stored with the run, so a later edit of any of them never
 changes what a past run says it used. Hook settings are left out: they may hold secrets."""
 

@@ -194,3 +194,15 @@ def test_texts_held_as_a_column_assemble_exactly_as_the_records(unit_texts, budg
 def test_a_column_of_another_length_than_the_units_is_refused():
     with pytest.raises(ValueError, match="one text per unit"):
         Layer("l", "drop_whole_units", 10, (Unit("a", "x"),), texts=("x", "y"))
+
+
+def test_counts_and_reasons_come_from_the_texts_fitted():
+    """The column is what is fitted, so what is reported of each unit is measured on it."""
+    units = (Unit("a", "x" * 100), Unit("b", "y" * 8))
+    result = assemble(
+        [Layer("l", "drop_whole_units", 3, units, texts=("x" * 40, "y" * 8))], TOKENIZER
+    ).layers[0]
+    assert [(k.source_id, k.tokens) for k in result.kept] == [("b", 2)]
+    assert [(d.source_id, d.tokens, d.reason) for d in result.dropped] == [
+        ("a", 10, REASON_UNIT_TOO_LARGE)
+    ]

@@ -174,9 +174,10 @@ def test_several_paths_take_the_files_of_each_once(agent, repository):
 
 
 @pytest.mark.django_db
-def test_paths_given_as_one_string_are_refused(agent, repository):
-    with pytest.raises(ContextError, match="as a list"):
-        context_build(agent=agent, workspace_path=repository, paths=LOGIN)
+@pytest.mark.parametrize("paths", [LOGIN, [None], [LOGIN, 3]])
+def test_paths_not_given_as_a_list_of_strings_are_refused(agent, repository, paths):
+    with pytest.raises(ContextError, match="as a list of strings"):
+        context_build(agent=agent, workspace_path=repository, paths=paths)
 
 
 # --- what a path covers ----------------------------------------------------------------------
@@ -202,6 +203,9 @@ def test_paths_given_as_one_string_are_refused(agent, repository):
         ("docs/AGENTS.md", ["docs/../app/x.py"], False),
         ("x/AGENTS.md", ["../x/a.md"], False),  # out of the workspace: nothing
         ("x/AGENTS.md", ["docs/../../x/a.md"], False),
+        ("etc/AGENTS.md", ["/etc/x"], False),  # absolute, a home, a drive: not the workspace
+        ("app/AGENTS.md", ["~/app/x.py"], False),
+        ("app/AGENTS.md", ["C:/app/x.py"], False),
         ("docs/AGENTS.md", ["docs\\a.md"], True),
     ],
 )

@@ -136,6 +136,7 @@ class LayerResult:
     truncated: bool
     text: str = field(repr=False)
     _units: tuple[Unit, ...] = field(repr=False, default=())
+    _texts: Sequence[str] = field(repr=False, default=())  # what was fitted, unit by unit
     _rejected: tuple[Rejected, ...] = field(repr=False, default=())
     _plan: _Plan = field(repr=False, default=_Plan(""))
     _tokenizer: Tokenizer | None = field(repr=False, default=None)
@@ -146,7 +147,7 @@ class LayerResult:
         return tuple(
             Kept(self._units[i].source_id, count(plan.cut_text), truncated=True)
             if i == plan.cut_index
-            else Kept(self._units[i].source_id, count(self._units[i].text))
+            else Kept(self._units[i].source_id, count(self._texts[i]))
             for i in plan.kept
         )
 
@@ -156,7 +157,7 @@ class LayerResult:
         groups = list(self._plan.dropped)
         if self._plan.by_size is not None and groups:
             (indices, over), room = groups[0], self._plan.by_size
-            large = [i for i in indices if len(self._units[i].text) > room]
+            large = [i for i in indices if len(self._texts[i]) > room]
             taken = set(large)
             groups[0:1] = [
                 (large, REASON_UNIT_TOO_LARGE),
@@ -165,7 +166,7 @@ class LayerResult:
         return rejected + tuple(
             Dropped(
                 self._units[i].source_id,
-                self._count(self._units[i].text),
+                self._count(self._texts[i]),
                 reason,
                 self._units[i].path,
             )
@@ -247,6 +248,7 @@ def _fit(layer: Layer, position: int, tokenizer: Tokenizer) -> LayerResult:
         truncated=plan.truncated,
         text=plan.text,
         _units=layer.units,
+        _texts=texts,
         _rejected=layer.rejected,
         _plan=plan,
         _tokenizer=tokenizer,

@@ -106,11 +106,11 @@ def _task_folders(paths: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]
     on_path: set[str] = {""}
     below: list[str] = []
     for raw in paths:
-        # "docs/../app/x.py" is in app/; what would climb out of the workspace names nothing
-        path = posixpath.normpath(raw.strip().replace("\\", "/")).lstrip("/")
+        # "docs/../app/x.py" is in app/; what is not inside the workspace names nothing
+        path = posixpath.normpath(raw.strip().replace("\\", "/"))
         parts = [part for part in path.split("/") if part not in ("", ".")]
-        if ".." in parts:
-            continue
+        if ".." in parts or path.startswith(("/", "~")) or (parts and parts[0].endswith(":")):
+            continue  # not relative to the workspace (absolute, home, a drive): no folder
         literal: list[str] = []
         for index, part in enumerate(parts):
             if _WILDCARDS & set(part):
