@@ -278,16 +278,9 @@ def api(monkeypatch):
     fake.close()
 
 
-@EVERYWHERE
-@pytest.mark.usefixtures("seeded")
-def test_a_run_sends_the_model_only_the_instruction_files_on_its_path(
-    personas, agent, workspace, api
-):
-    root = workspace.root_path
-    for folder, words in (("", "Root rules."), ("docs", "Docs rules."), ("app", "App rules.")):
-        (root / folder).mkdir(exist_ok=True)
-        (root / folder / "AGENTS.md").write_text(words)
-    (root / "docs" / "notes.md").write_text("# Notes\n")
+def notes_question(api, personas, agent, workspace):
+    """A question about docs/notes.md, driven to its end; the model answers in one turn."""
+    (workspace.root_path / "docs" / "notes.md").write_text("# Notes\n")
     api.answers.append(message([{"type": "text", "text": "Notes, nothing more."}]))
     run = run_create(
         agent=agent,
@@ -298,6 +291,19 @@ def test_a_run_sends_the_model_only_the_instruction_files_on_its_path(
     )
     run = drive(run)
     assert run.status == "completed", run.failure_reason
+    return run
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_a_run_sends_the_model_only_the_instruction_files_on_its_path(
+    personas, agent, workspace, api
+):
+    root = workspace.root_path
+    for folder, words in (("", "Root rules."), ("docs", "Docs rules."), ("app", "App rules.")):
+        (root / folder).mkdir(exist_ok=True)
+        (root / folder / "AGENTS.md").write_text(words)
+    notes_question(api, personas, agent, workspace)
     system = "\n".join(block["text"] for block in api.requests[0]["body"]["system"])
     assert "Root rules." in system and "Docs rules." in system
     assert "App rules." not in system
@@ -313,18 +319,8 @@ def test_a_run_records_the_configuration_it_used_and_keeps_it_after_edits(
     (root / "docs" / "AGENTS.md").write_text("Docs rules.")
     (root / "app").mkdir()
     (root / "app" / "AGENTS.md").write_text("App rules.")
-    (root / "docs" / "notes.md").write_text("# Notes\n")
     instruction_update(agent=agent, text="Console rules win.", author=personas.admin)
-    api.answers.append(message([{"type": "text", "text": "Notes, nothing more."}]))
-    run = run_create(
-        agent=agent,
-        workspace=workspace,
-        requester=personas.operator,
-        request="What does docs/notes.md say?",
-        dispatch=False,
-    )
-    run = drive(run)
-    assert run.status == "completed", run.failure_reason
+    run = notes_question(api, personas, agent, workspace)
     used = run.effective_config
     system = "\n".join(block["text"] for block in api.requests[0]["body"]["system"])
     files = {s["path"]: s["sha256"] for s in used["instructions"] if "path" in s}
