@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,23 @@ def run(personas: Personas, agent: Agent, workspace: Workspace) -> Run:
         request=FIX,
         dispatch=False,
     )
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A made-up Anthropic key in the environment, as a deployment sets one."""
+    value = "sk-ant-api03-test-" + secrets.token_urlsafe(24)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", value)
+    return value
+
+
+@pytest.fixture
+def api(api_key: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    """The fake Messages API, with the real SDK pointed at it by its base URL."""
+    fake = FakeAnthropic()
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+    yield fake
+    fake.close()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ made up here."""
 from __future__ import annotations
 
 import hashlib
-import secrets
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ from runs.core.intake import intake
 from runs.core.intake.boundaries import task_paths
 from runs.services import run_create
 from tests.conftest import EVERYWHERE
-from tests.fake_anthropic import FakeAnthropic, message
+from tests.fake_anthropic import message
 from tests.helpers import drive
 
 # (path, bytes): the shape of the repository the issue was found on.
@@ -269,15 +268,6 @@ def test_given_paths_win_over_the_task_text_and_a_refused_text_names_none():
 
 
 # --- a run -----------------------------------------------------------------------------------
-@pytest.fixture
-def api(monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-test-" + secrets.token_urlsafe(24))
-    fake = FakeAnthropic()
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
-    yield fake
-    fake.close()
-
-
 def notes_question(api, personas, agent, workspace):
     """A question about docs/notes.md, driven to its end; the model answers in one turn."""
     (workspace.root_path / "docs" / "notes.md").write_text("# Notes\n")

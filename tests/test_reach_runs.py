@@ -7,7 +7,6 @@ action a person approves by typing the command, only for a task that needs one."
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import sys
 
@@ -45,15 +44,6 @@ WRITES = {
     "mcp:git:git_commit": {"repo_path": ".", "message": "by a read-only task"},
     "mcp:git:git_checkout": {"repo_path": ".", "branch_name": "main"},
 }
-
-
-@pytest.fixture
-def api(monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-test-" + secrets.token_urlsafe(24))
-    fake = FakeAnthropic()
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

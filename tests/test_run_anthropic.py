@@ -6,7 +6,6 @@ run's record."""
 from __future__ import annotations
 
 import json
-import secrets
 import time
 
 import pytest
@@ -15,7 +14,7 @@ from runs.core.intake import intake
 from runs.models import Message, ModelCall, Run, RunEvent, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED
-from tests.fake_anthropic import FakeAnthropic, error, message
+from tests.fake_anthropic import error, message
 from tests.helpers import drive
 
 pytestmark = SEEDED
@@ -37,18 +36,8 @@ SECOND_USAGE = {
 
 
 @pytest.fixture
-def key(monkeypatch) -> str:
-    value = "sk-ant-api03-test-" + secrets.token_urlsafe(24)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", value)
-    return value
-
-
-@pytest.fixture
-def api(key, monkeypatch):
-    fake = FakeAnthropic()
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
-    yield fake
-    fake.close()
+def key(api_key: str) -> str:  # the conftest's made-up key, under this file's short name
+    return api_key
 
 
 @pytest.fixture
