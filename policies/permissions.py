@@ -17,6 +17,7 @@ from .core.paths import normalize_relative
 from .core.permissions import (
     Call,
     Grant,
+    LimitContext,
     Policy,
     PolicyError,
     Rule,
@@ -24,10 +25,13 @@ from .core.permissions import (
     decide,
     level_of,
     side_effect_of,
+    within_limits,
 )
 from .core.tool_specs import BUILTIN_TOOLS
+from .core.windows import WindowError
 from .models import Policy as PolicyRow
 from .models import PolicyChange, PolicyRule, ToolDefinition
+from .models.permissions import LIMIT_FIELDS, rule_limits
 from .paths import resolve_in_workspace
 
 PATH_ARGUMENTS = ("path", "source", "target")
@@ -44,15 +48,23 @@ def policy_load(name: str) -> Policy:
 def policy_from_row(row: PolicyRow) -> Policy:
     """Read afresh every time (an edit applies to the very next call), but each distinct
     rule is compiled once per process: its glob matchers are what cost."""
-    fields = ("key", "tool", "decision", "path", "reason")
-    rows = row.rules.order_by("order", "id").values_list(*fields)
+    rows = row.rules.order_by("order", "id").values_list(*RULE_FIELDS)
     rules = tuple(_rule(*values) for values in rows)
     return Policy(row.name, level_of(row.ceiling), rules, row.version)
 
 
+RULE_FIELDS = ("key", "tool", "decision", "path", "reason", *LIMIT_FIELDS)
+
+
 @functools.lru_cache(maxsize=4096)
-def _rule(key: str, tool: str, decision: str, path: str, reason: str) -> Rule:
-    return Rule(key, tool, decision, path, reason)  # type: ignore[arg-type]
+def _rule(key: str, tool: str, decision: str, path: str, reason: str, *limits: Any) -> Rule:
+    """A stored row the admin's checks did not see (a bad time zone written to the table)
+    fails the policy closed, naming the rule."""
+    try:
+        limited = rule_limits(*limits)
+    except WindowError as error:
+        raise PolicyError(f"Rule {key}: {error}") from None
+    return Rule(key, tool, decision, path, reason, limited)  # type: ignore[arg-type]
 
 
 def _agent_policy(agent: Any) -> dict[str, Any]:
@@ -74,9 +86,9 @@ def policy_for_agent(agent: Any) -> Policy:
     if found is None:
         raise PolicyError(f"No policy {lookup.get('name', lookup.get('pk'))!r}.")
     pk, name, ceiling, version = found
-    fields = ("key", "tool", "decision", "path", "reason")
-    rules = PolicyRule.objects.filter(policy_id=pk).order_by("order", "id").values_list(*fields)
-    return Policy(name, level_of(ceiling), tuple(_rule(*values) for values in rules), version)
+    rows = PolicyRule.objects.filter(policy_id=pk).order_by("order", "id")
+    rules = tuple(_rule(*values) for values in rows.values_list(*RULE_FIELDS))
+    return Policy(name, level_of(ceiling), rules, version)
 
 
 def policy_bump_version(*, policy: PolicyRow) -> None:
@@ -110,8 +122,10 @@ def permission_check(
     arguments: dict[str, Any] | None = None,
     workspace_root: Path | str | None = None,
     grants: Sequence[Grant] = (),
+    limits: LimitContext | None = None,
 ) -> Verdict:
-    """Look the tool up, resolve its path (inside the workspace when one is given), decide.
+    """Look the tool up, resolve its path (inside the workspace when one is given), decide,
+    and then (given ``limits``) apply the deciding rule's window and rate.
 
     A path that escapes is refused before any rule is matched (PathRefused propagates).
     """
@@ -139,7 +153,8 @@ def permission_check(
             if workspace_root
             else normalize_relative(raw)
         )
-    return decide(policy, Call(tool, level, side_effect, resolved), grants)
+    verdict = decide(policy, Call(tool, level, side_effect, resolved), grants)
+    return within_limits(policy, verdict, limits) if limits is not None else verdict
 
 
 def verdict_report(verdict: Verdict) -> dict[str, Any]:
@@ -150,5 +165,15 @@ def verdict_report(verdict: Verdict) -> dict[str, Any]:
         "reason": verdict.reason,
         "considered": [
             {"rule": c.rule_id, "matched": c.matched, "why": c.why} for c in verdict.considered
+        ],
+        "limits": [
+            {
+                "check": limit.check,
+                "rule": limit.rule,
+                "held": limit.held,
+                "detail": limit.detail,
+                "turned": limit.turned,
+            }
+            for limit in verdict.limits
         ],
     }

@@ -119,20 +119,20 @@ def test_the_rate_limit_is_enforced(notes, workspace):
     )
 
 
-def test_the_rate_limit_holds_across_the_turn_of_a_minute(notes):
+def test_the_rate_limit_holds_across_the_turn_of_a_minute():
     """Two calls in the last second of a minute and one in the first second of the next:
     three in two seconds, the third refused (calendar minutes alone let it through)."""
     from datetime import UTC, datetime, timedelta
 
-    from runs.tools.mcp_client import _count_this_minute
+    from policies.rate_limits import rate_exceeded
 
-    notes.name = f"notes{uuid.uuid4().hex[:8]}"
+    key = f"mcp:notes{uuid.uuid4().hex[:8]}"
     minute = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     late = minute - timedelta(seconds=1)
-    assert [_count_this_minute(notes, late) for _ in range(2)] == [0, 1]
-    assert _count_this_minute(notes, minute + timedelta(seconds=1)) >= 2
+    assert [rate_exceeded(key, 2, late) for _ in range(2)] == [False, False]
+    assert rate_exceeded(key, 2, minute + timedelta(seconds=1))
     # As the earlier calls slide out of the last sixty seconds, calls go through again.
-    assert _count_this_minute(notes, minute + timedelta(seconds=90)) < 2
+    assert not rate_exceeded(key, 2, minute + timedelta(seconds=90))
 
 
 def test_a_call_outside_the_change_window_is_refused(notes, workspace):

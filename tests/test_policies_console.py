@@ -146,17 +146,28 @@ def rule_form(policy, rows):
         "rules-TOTAL_FORMS": len(rows),
         "rules-INITIAL_FORMS": 0,
     }
-    for i, (order, key, tool, path, decision) in enumerate(rows):
-        data.update(
-            {
-                f"rules-{i}-order": order,
-                f"rules-{i}-key": key,
-                f"rules-{i}-tool": tool,
-                f"rules-{i}-path": path,
-                f"rules-{i}-decision": decision,
-            }
-        )
+    for i, (order, key, tool, path, decision, *limits) in enumerate(rows):
+        fields = {
+            "order": order,
+            "key": key,
+            "tool": tool,
+            "path": path,
+            "decision": decision,
+            **RULE_LIMITS_AS_POSTED,
+            **(limits[0] if limits else {}),
+        }
+        data.update({f"rules-{i}-{name}": value for name, value in fields.items()})
     return data
+
+
+# What the rule form posts for a rule with no window and no rate (its defaults).
+RULE_LIMITS_AS_POSTED = {
+    "window_timezone": "UTC",
+    "outside_window": "deny",
+    "rate_limit": 0,
+    "rate_scope": "run",
+    "over_rate": "deny",
+}
 
 
 def test_editing_a_policy_makes_a_new_version(admin_client):

@@ -8,18 +8,20 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.forms.formsets import all_valid
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from harness_console.web.admin import HidesEvalRows
 
 from ..core.paths import PathRefused
+from ..core.permissions import LimitContext, PolicyError
 from ..core.permissions import Policy as CorePolicy
-from ..core.permissions import PolicyError, Rule
 from ..core.tool_specs import BUILTIN_TOOLS
 from ..mcp_servers import mcp_discover
 from ..models import (
@@ -38,11 +40,32 @@ from ..permissions import (
 from ..simulation import policy_edit_effect
 
 
-class PolicyRuleInline(admin.TabularInline):
+class PolicyRuleInline(admin.StackedInline):
+    """A rule on one line, its change window and rate limit folded beneath it (B6)."""
+
     model = PolicyRule
     extra = 0
-    fields = ("order", "key", "tool", "path", "decision", "reason")
     ordering = ("order", "id")
+    fieldsets = [
+        (None, {"fields": [("order", "key", "decision"), ("tool", "path"), "reason"]}),
+        (
+            "Change window and rate limit",
+            {
+                "classes": ["collapse"],
+                "description": "Outside the window, or over the rate, the rule's decision "
+                "turns into the ask or deny chosen here (never into anything less strict).",
+                "fields": [
+                    ("window_days", "window_start", "window_end", "window_timezone"),
+                    "window_excluded",
+                    "outside_window",
+                    ("rate_limit", "rate_scope", "over_rate"),
+                ],
+            },
+        ),
+    ]
+    formfield_overrides = {
+        models.TextField: {"widget": forms.Textarea(attrs={"rows": 2, "cols": 60})}
+    }
 
 
 class PolicyTestForm(forms.Form):
@@ -53,6 +76,26 @@ class PolicyTestForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
         help_text='The call\'s arguments as JSON, e.g. {"path": "docs/a.md"}.',
     )
+    at = forms.DateTimeField(
+        required=False,
+        label="At",
+        help_text="When the call is made, for a rule's change window: e.g. 2026-12-05 18:30 "
+        "(UTC). Empty: now.",
+    )
+    calls_in_last_minute = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1_000_000,
+        label="Calls in the last minute",
+        help_text="Calls the deciding rule already let through in the last 60 s (per its "
+        "run, agent or workspace), for its rate limit. Empty: the rate is not asked.",
+    )
+
+    def limits(self) -> LimitContext:
+        at = self.cleaned_data.get("at") or timezone.now()
+        calls = self.cleaned_data.get("calls_in_last_minute")
+        exceeded = None if calls is None else (lambda key, limit: calls >= limit)
+        return LimitContext(at, {}, exceeded)
 
 
 @admin.register(Policy)
@@ -116,21 +159,19 @@ class PolicyAdmin(HidesEvalRows):
             "policy": row,
         }
         if form.is_valid() and all_valid(formsets):
-            rows = sorted(
+            # Each form's instance holds its posted fields (the model form put them there).
+            forms_in_order = sorted(
                 (
-                    f.cleaned_data
+                    f
                     for f in formsets[0].forms
                     if f.cleaned_data and not f.cleaned_data.get("DELETE")
                 ),
-                key=lambda data: data["order"],
+                key=lambda f: f.cleaned_data["order"],
             )
             edited = CorePolicy(
                 current.name,
                 form.cleaned_data["ceiling"],
-                tuple(
-                    Rule(d["key"], d["tool"], d["decision"], d.get("path", ""), d.get("reason", ""))
-                    for d in rows
-                ),
+                tuple(f.instance.as_rule() for f in forms_in_order),
             )
             context["looked"], context["changed"] = policy_edit_effect(
                 current=current, edited=edited
@@ -161,6 +202,7 @@ class PolicyAdmin(HidesEvalRows):
                     tool=form.cleaned_data["tool"],
                     path=form.cleaned_data["path"] or None,
                     arguments=parse_arguments(form.cleaned_data["arguments"]),
+                    limits=form.limits(),
                 )
             except (PolicyError, PathRefused) as problem:
                 error = str(problem)

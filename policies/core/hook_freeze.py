@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import datetime, time
 from fnmatch import fnmatchcase
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from .hooks import Halt, HookSettingsError
+from .windows import DAYS, Weekly, WindowError, zone_of
 
-DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 SCHEMA: Final[Mapping[str, Any]] = {
     "type": "object",
     "additionalProperties": False,
@@ -63,39 +63,11 @@ class Window:
         return self.start <= now < self.end
 
 
-@dataclass(frozen=True)
-class Weekly:
-    days: frozenset[int]  # 0 = Monday
-    start: time
-    until: time  # at or before start: the window ends the next day
-    zone: ZoneInfo
-
-    def holds(self, now: datetime) -> bool:
-        local = now.astimezone(self.zone)
-        at, day = local.time(), local.weekday()
-        if self.start < self.until:
-            return day in self.days and self.start <= at < self.until
-        yesterday = (local - timedelta(days=1)).weekday()
-        return (day in self.days and at >= self.start) or (
-            yesterday in self.days and at < self.until
-        )
-
-    @property
-    def name(self) -> str:
-        days = ", ".join(DAYS[d].capitalize() for d in sorted(self.days))
-        if len(self.days) == 7:
-            days = "every day"
-        hours = f"{self.start:%H:%M}–{self.until:%H:%M}" if self.start != self.until else ""
-        return f"{days} {hours} {self.zone.key}".replace("  ", " ")
-
-
 def _zone(name: str) -> ZoneInfo:
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as error:
-        raise HookSettingsError(
-            f"timezone: {name!r} is not a time zone; use a name such as 'Europe/Paris' or 'UTC'."
-        ) from error
+        return zone_of(name)
+    except WindowError as error:
+        raise HookSettingsError(str(error)) from error
 
 
 def _moment(field: str, text: str, zone: ZoneInfo) -> datetime:

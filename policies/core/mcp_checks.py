@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, time
+from datetime import datetime
 from typing import Any, Final, Literal, get_args
 
 from .mcp_reach import ArgumentKind, ArgumentRefused, ToolReach, names_a_path, reach_paths
 from .paths import ROOT, PathRefused
 from .permissions import glob_matcher
+from .windows import Weekly
 
 Resolve = Callable[[Any], str]
 
@@ -26,7 +27,6 @@ Check = Literal[
 ]
 WholeRootPolicy = Literal["refuse", "ask"]
 WHOLE_ROOT_POLICIES: Final[tuple[WholeRootPolicy, ...]] = get_args(WholeRootPolicy)
-DAY_NAMES: Final = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,7 @@ class McpServerConfig:
     allowed_paths: tuple[str, ...] = ()
     forbidden_paths: tuple[str, ...] = ()
     rate_limit_per_minute: int = 0  # 0: no limit
-    window_days: frozenset[int] = frozenset()  # 0 = Monday; empty: any day
-    window_start: time | None = None  # UTC; both empty: any time
-    window_end: time | None = None
+    window: Weekly | None = None  # None: any time
     whole_root_tools: WholeRootPolicy = "refuse"  # with forbidden paths: refuse, or ask
 
 
@@ -146,33 +144,14 @@ def whole_root_reason(config: McpServerConfig) -> str:
     )
 
 
-def in_window(config: McpServerConfig, now: datetime) -> bool:
-    if config.window_days and now.weekday() not in config.window_days:
-        return False
-    if config.window_start is not None and config.window_end is not None:
-        moment = now.time().replace(tzinfo=None)
-        if config.window_start <= config.window_end:
-            return config.window_start <= moment < config.window_end
-        return moment >= config.window_start or moment < config.window_end  # over midnight
-    return True
-
-
-def describe_window(config: McpServerConfig) -> str:
-    days = ", ".join(DAY_NAMES[d] for d in sorted(config.window_days)) or "any day"
-    if config.window_start is None or config.window_end is None:
-        return days
-    return f"{days} {config.window_start:%H:%M}-{config.window_end:%H:%M} UTC"
-
-
 def check_mcp_call(
     config: McpServerConfig | None,
     tool: str,
     arguments: Mapping[str, Any],
     *,
     reach: ToolReach,
-    decision: str,
-    decision_reason: str,
-    calls_this_minute: Callable[[], int],
+    decision: Callable[[], tuple[str, str]],
+    rate_exceeded: Callable[[int], bool],
     now: datetime,
     server_name: str,
     resolve: Resolve,
@@ -184,13 +163,18 @@ def check_mcp_call(
 ) -> McpRefusal | None:
     """The first check that refuses the call, or None when all six pass.
 
+    ``decision`` is the policy's, with its reason: asked only of a call checks 1 to 3 and
+    the task's boundaries let through, so the deciding rule's own rate limit counts no
+    call they refuse.
+
     ``resolve`` is the server's: a path against its root, links followed; ``changes``: the
     tool has a side effect. A whole-root tool on a restricted server that is set to ask
     needs a person (check 4), unless one ``approved`` this very call. ``boundary`` is the
     run's task (between checks 3 and 4, like a policy of its own): what it refuses never
     reaches the approval or the rate.
-    ``calls_this_minute`` is only asked when the first four checks passed, so refused
-    calls never use up the rate limit.
+    ``rate_exceeded`` (given the limit: whether the calls of the last sixty seconds reach
+    it; when they do not, this call is counted) is only asked when the first four checks
+    passed, so refused calls never use up the rate limit.
     """
     if config is None or not config.enabled:
         return McpRefusal("whitelist", f"the MCP server {server_name} is not whitelisted")
@@ -201,19 +185,20 @@ def check_mcp_call(
         return McpRefusal("arguments", problem)
     if outside := boundary():
         return McpRefusal("task_boundary", outside)
-    if decision == "allow" and reach.whole_root and restricted(config) and not approved:
-        decision, decision_reason = "ask", whole_root_reason(config)
-    if decision != "allow":
-        return McpRefusal("approval", f"{decision}: {decision_reason}")
-    if config.rate_limit_per_minute and calls_this_minute() >= config.rate_limit_per_minute:
+    decided, decided_reason = decision()
+    if decided == "allow" and reach.whole_root and restricted(config) and not approved:
+        decided, decided_reason = "ask", whole_root_reason(config)
+    if decided != "allow":
+        return McpRefusal("approval", f"{decided}: {decided_reason}")
+    if config.rate_limit_per_minute and rate_exceeded(config.rate_limit_per_minute):
         return McpRefusal(
             "rate_limit",
             f"{config.name} allows {config.rate_limit_per_minute} "
             "calls a minute; try again in a minute",
         )
-    if not in_window(config, now):
+    if config.window is not None and not config.window.holds(now):
         return McpRefusal(
             "change_window",
-            f"outside the change window of {config.name} ({describe_window(config)})",
+            f"outside the change window of {config.name} ({config.window.name})",
         )
     return None

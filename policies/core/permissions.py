@@ -12,6 +12,11 @@ Order of the checks:
    stands in for the person.
 4. **Grants** (P4): an ``ask`` that an approver remembered for this run (same tool, a path
    inside the remembered pattern) becomes ``allow``. ``ask_strong`` is asked every time.
+5. **Limits** (B6), of the rule that decided: outside its change window, or over its rate
+   limit (calls a minute per run, agent or workspace), the decision turns into the ``ask``
+   or ``deny`` the rule names, never into anything less strict. Given the time and a
+   counter (:class:`LimitContext`), :func:`decide_paths` applies them; the counter counts
+   only a call the rate lets through, so refused calls never use the limit up.
 
 Globs come from wcmatch (``**`` spans folders). Deny patterns match case-insensitively, so
 ``Config/x`` cannot slip past a deny of ``config/**``; allow patterns match exactly. A
@@ -21,14 +26,16 @@ it), and the root ``.`` is named only by a glob of stars (``**``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import cached_property
 from typing import Final, Literal, get_args
 
 from wcmatch import fnmatch, glob
 
 from .paths import ROOT
+from .windows import Weekly
 
 Decision = Literal["allow", "ask", "ask_strong", "deny"]
 DECISIONS: Final[tuple[Decision, ...]] = get_args(Decision)
@@ -36,6 +43,10 @@ Level = Literal["L1", "L2", "L3"]
 LEVELS: Final[tuple[Level, ...]] = get_args(Level)
 SideEffect = Literal["none", "filesystem_write", "external_api", "production_change"]
 SIDE_EFFECTS: Final[tuple[SideEffect, ...]] = get_args(SideEffect)
+LimitTurn = Literal["ask", "deny"]
+LIMIT_TURNS: Final[tuple[LimitTurn, ...]] = get_args(LimitTurn)
+RateScope = Literal["run", "agent", "workspace"]
+RATE_SCOPES: Final[tuple[RateScope, ...]] = get_args(RateScope)
 
 _GLOB_FLAGS: Final = glob.GLOBSTAR | glob.DOTGLOB | glob.BRACE
 _TOOL_FLAGS: Final = fnmatch.BRACE
@@ -98,6 +109,32 @@ def decision_of(value: str) -> Decision:
 
 
 @dataclass(frozen=True)
+class RuleLimits:
+    """When and how often a rule's decision holds: inside ``window`` (None: always), and
+    up to ``per_minute`` calls in any sixty seconds (0: no limit) for each run, agent or
+    workspace (``scope``). ``outside`` and ``over`` are what the decision turns into."""
+
+    window: Weekly | None = None
+    outside: LimitTurn = "deny"
+    per_minute: int = 0
+    scope: RateScope = "run"
+    over: LimitTurn = "deny"
+
+    def __post_init__(self) -> None:
+        if self.outside not in LIMIT_TURNS or self.over not in LIMIT_TURNS:
+            raise PolicyError("Outside the window or over the rate, a rule turns into ask or deny.")
+        if self.scope not in RATE_SCOPES:
+            raise PolicyError(f"A rate is counted per {', '.join(RATE_SCOPES)}.")
+        if self.per_minute < 0:
+            raise PolicyError("A rate limit is a number of calls a minute, 0 for none.")
+
+    @property
+    def rate_text(self) -> str:
+        calls = "call" if self.per_minute == 1 else "calls"
+        return f"{self.per_minute} {calls} a minute per {self.scope}"
+
+
+@dataclass(frozen=True)
 class Rule:
     """``tool`` is a name pattern (``*``, ``mcp:*``, ``{deleteFile,renameFile}``); ``path``
     a glob over workspace-relative paths, empty for "any call, with or without a path"."""
@@ -107,6 +144,7 @@ class Rule:
     decision: Decision
     path: str = ""
     reason: str = ""
+    limits: RuleLimits | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -147,6 +185,9 @@ class Policy:
         if self.ceiling not in LEVELS:
             raise PolicyError(f"Policy {self.name}: unknown ceiling {self.ceiling!r}.")
 
+    def rule(self, rule_id: str | None) -> Rule | None:
+        return next((rule for rule in self.rules if rule.id == rule_id), None)
+
 
 @dataclass(frozen=True)
 class Call:
@@ -185,12 +226,37 @@ class Considered:
 
 
 @dataclass(frozen=True)
+class LimitOutcome:
+    """One limit of the deciding rule, as it stood for this call: ``held`` (inside the
+    window, within the rate) or not, and then what it ``turned`` the decision into."""
+
+    check: Literal["change_window", "rate_limit"]
+    rule: str
+    held: bool
+    detail: str
+    turned: Decision | None = None
+
+
+@dataclass(frozen=True)
+class LimitContext:
+    """What the limits need beyond the call: the time, the ids a rate is counted by
+    (``run``, ``agent``, ``workspace``) and the counter (key, limit → whether the limit is
+    already reached; counts the call when it is not). No counter: rates are not asked
+    (a call a person approved, a test of the policy with no calls to count)."""
+
+    now: datetime
+    scope_ids: Mapping[str, str] = field(default_factory=dict)
+    rate_exceeded: Callable[[str, int], bool] | None = None
+
+
+@dataclass(frozen=True)
 class Verdict:
     decision: Decision
     human_only: bool
     rule: str | None
     reason: str
     grant: Grant | None = None
+    limits: tuple[LimitOutcome, ...] = ()
     _policy: Policy | None = field(default=None, repr=False, compare=False)
     _call: Call | None = field(default=None, repr=False, compare=False)
 
@@ -281,9 +347,55 @@ def decide_paths(
     side_effect: SideEffect,
     paths: Sequence[str],
     grants: Sequence[Grant] = (),
+    limits: LimitContext | None = None,
 ) -> Verdict:
     """A call that touches several paths (a rename, an MCP tool with a source and a
-    destination) is decided for each; the strictest verdict stands. No path: one decision."""
+    destination) is decided for each; the strictest verdict stands. No path: one decision.
+    Given ``limits``, the deciding rule's window and rate then apply (check 5), once."""
     candidates: Sequence[str | None] = paths or [None]
     verdicts = [decide(policy, Call(tool, level, side_effect, path), grants) for path in candidates]
-    return max(verdicts, key=lambda verdict: DECISIONS.index(verdict.decision))
+    verdict = max(verdicts, key=lambda verdict: DECISIONS.index(verdict.decision))
+    return within_limits(policy, verdict, limits) if limits is not None else verdict
+
+
+def _stricter(decision: Decision, turn: LimitTurn) -> Decision:
+    return max(decision, turn, key=DECISIONS.index)
+
+
+def within_limits(policy: Policy, verdict: Verdict, context: LimitContext) -> Verdict:
+    """Check 5: the deciding rule's change window, then its rate (only of a call still not
+    denied, so a refused call is never counted). A deny stays a deny and is not counted."""
+    rule = policy.rule(verdict.rule)
+    if rule is None or rule.limits is None or verdict.decision == "deny":
+        return verdict
+    limits, why = rule.limits, ""
+    decision: Decision = verdict.decision
+    outcomes: list[LimitOutcome] = []
+    if limits.window is not None:
+        inside = limits.window.holds(context.now)
+        turned = None if inside else _stricter(decision, limits.outside)
+        outcomes.append(LimitOutcome("change_window", rule.id, inside, limits.window.name, turned))
+        if turned is not None:
+            why = f"outside the change window of rule {rule.id} ({limits.window.name})"
+            decision = turned
+    if limits.per_minute and decision != "deny" and context.rate_exceeded is None:
+        detail = f"{limits.rate_text}, not counted for this call"
+        outcomes.append(LimitOutcome("rate_limit", rule.id, True, detail))
+    elif limits.per_minute and decision != "deny" and context.rate_exceeded is not None:
+        scope_id = context.scope_ids.get(limits.scope) or "none"
+        key = f"rule:{policy.name}:{rule.id}:{limits.scope}:{scope_id}"
+        over = context.rate_exceeded(key, limits.per_minute)
+        turned = _stricter(decision, limits.over) if over else None
+        outcomes.append(LimitOutcome("rate_limit", rule.id, not over, limits.rate_text, turned))
+        if turned is not None:
+            over_why = f"over the rate limit of rule {rule.id} ({limits.rate_text})"
+            why, decision = f"{why}; {over_why}" if why else over_why, turned
+    if not why:
+        return replace(verdict, limits=tuple(outcomes))
+    return replace(
+        verdict,
+        decision=decision,
+        reason=f"{why}; the rule alone: {verdict.decision} ({verdict.reason})",
+        grant=None,
+        limits=tuple(outcomes),
+    )

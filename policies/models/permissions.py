@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from wcmatch import glob
 
-from ..core.permissions import DECISIONS, LEVELS, PolicyError, Rule, decision_of
+from ..core.permissions import (
+    DECISIONS,
+    LEVELS,
+    LIMIT_TURNS,
+    RATE_SCOPES,
+    PolicyError,
+    Rule,
+    RuleLimits,
+    decision_of,
+)
+from ..core.windows import WindowError, dates_of, days_of, weekly
 from .eval_traffic import EvalAware
 
 
@@ -77,6 +89,40 @@ class PolicyRule(models.Model):
     )
     decision = models.CharField(max_length=16, choices=[(d, d) for d in DECISIONS])
     reason = models.CharField(max_length=300, blank=True)
+    # The rule's change window and rate limit (B6): both optional.
+    window_days = models.CharField(
+        "window days",
+        max_length=60,
+        blank=True,
+        help_text="Days the rule's decision holds, e.g. mon-fri or sat, sun. Empty: every day.",
+    )
+    window_start = models.TimeField("from", null=True, blank=True)
+    window_end = models.TimeField(
+        "until", null=True, blank=True, help_text="Before 'from': the window runs past midnight."
+    )
+    window_timezone = models.CharField(
+        "time zone", max_length=64, blank=True, default="UTC", help_text="e.g. Europe/Paris."
+    )
+    window_excluded = models.TextField(
+        "excluded dates",
+        blank=True,
+        help_text="Dates outside the window (holidays): 2026-12-25, or 2026-12-24..2026-12-26.",
+    )
+    outside_window = models.CharField(
+        "outside the window",
+        max_length=4,
+        choices=[(t, t) for t in LIMIT_TURNS],
+        default="deny",
+    )
+    rate_limit = models.PositiveIntegerField(
+        "calls a minute", default=0, help_text="At most this many calls in any 60 s; 0: no limit."
+    )
+    rate_scope = models.CharField(
+        "counted per", max_length=9, choices=[(s, s) for s in RATE_SCOPES], default="run"
+    )
+    over_rate = models.CharField(
+        "over the rate", max_length=4, choices=[(t, t) for t in LIMIT_TURNS], default="deny"
+    )
 
     class Meta:
         ordering = ["policy", "order", "id"]
@@ -96,6 +142,8 @@ class PolicyRule(models.Model):
 
         try:
             self.as_rule()
+        except WindowError as error:
+            raise ValidationError({"window_days": str(error)}) from error
         except PolicyError as error:
             raise ValidationError(str(error)) from error
         try:
@@ -104,4 +152,46 @@ class PolicyRule(models.Model):
             raise ValidationError({"path": f"Not a valid glob: {error}"}) from error
 
     def as_rule(self) -> Rule:
-        return Rule(self.key, self.tool, decision_of(self.decision), self.path, self.reason)
+        return Rule(
+            self.key,
+            self.tool,
+            decision_of(self.decision),
+            self.path,
+            self.reason,
+            rule_limits(*(getattr(self, name) for name in LIMIT_FIELDS)),
+        )
+
+
+LIMIT_FIELDS = (
+    "window_days",
+    "window_start",
+    "window_end",
+    "window_timezone",
+    "window_excluded",
+    "outside_window",
+    "rate_limit",
+    "rate_scope",
+    "over_rate",
+)
+
+
+def rule_limits(
+    days: str,
+    start: Any,
+    end: Any,
+    zone: str,
+    excluded: str,
+    outside: str,
+    per_minute: int,
+    scope: str,
+    over: str,
+) -> RuleLimits | None:
+    """A rule's limits from its row's fields, or None when it sets none (raises
+    WindowError, PolicyError). The time zone alone sets no window."""
+    has_window = bool(days.strip() or start or end or excluded.strip())
+    if not has_window and not per_minute:
+        return None
+    window = (
+        weekly(days_of(days), start, end, zone or "UTC", dates_of(excluded)) if has_window else None
+    )
+    return RuleLimits(window, outside, per_minute, scope, over)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from ..core.mcp_checks import WHOLE_ROOT_POLICIES, McpServerConfig
 from ..core.mcp_reach import ARGUMENT_KINDS, ToolReach
 from ..core.permissions import LEVELS, SIDE_EFFECTS
 from ..core.tool_specs import MAX_DESCRIPTION
+from ..core.windows import Weekly, WindowError, weekly
 from .eval_traffic import EvalAware
 
 
@@ -182,10 +183,19 @@ class McpServer(EvalAware):
             isinstance(d, int) and 0 <= d <= 6 for d in self.window_days
         ):
             errors["window_days"] = "Give a JSON list of days, 0 (Monday) to 6 (Sunday)."
-        if (self.window_start is None) != (self.window_end is None):
-            errors["window_end"] = "Give both the start and the end of the window, or neither."
+        else:
+            try:
+                self.change_window()
+            except WindowError as error:
+                errors["window_end"] = str(error)
         if errors:
             raise ValidationError(errors)
+
+    def change_window(self) -> Weekly | None:
+        """The server's change window (UTC), or None when it sets none."""
+        if not self.window_days and self.window_start is None and self.window_end is None:
+            return None
+        return weekly(self.window_days, self.window_start, self.window_end, "UTC")
 
     def as_config(self) -> McpServerConfig:
         return McpServerConfig(
@@ -195,8 +205,6 @@ class McpServer(EvalAware):
             allowed_paths=tuple(self.allowed_paths),
             forbidden_paths=tuple(self.forbidden_paths),
             rate_limit_per_minute=self.rate_limit_per_minute,
-            window_days=frozenset(self.window_days),
-            window_start=self.window_start,
-            window_end=self.window_end,
+            window=self.change_window(),
             whole_root_tools="ask" if self.whole_root_tools == "ask" else "refuse",
         )

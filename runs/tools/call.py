@@ -25,9 +25,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from policies.core.permissions import Grant, Policy
+from policies.core.permissions import Grant, LimitContext, Policy
 from policies.models import ToolDefinition, Workspace
 from policies.permissions import PATH_ARGUMENTS
+from policies.rate_limits import limit_context
 
 from ..grants import grants_for_run
 from ..models import Run, ToolCall
@@ -87,23 +88,14 @@ def tool_call_run(
     ``recorded``: called with the record in it; ``definition_of``: the tool's definition.
     """
     grants = grants if grants is not None else grants_for_run(run) if run is not None else ()
-    record = ToolCall(
-        workspace=workspace,
-        run=run,
-        tool_use_id=tool_use_id[:200],
-        tool=tool[:120],
-        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
-        policy_name=policy.name,
-        policy_version=policy.version,
-        requested_by=user if getattr(user, "pk", None) else None,
-    )
+    record = _record(workspace, run, tool, tool_use_id, arguments, policy, user)
     if definition_of is None:
-        for_evals = run is not None and run.agent.for_evals
-        definition_of = partial(tool_definition, for_evals=for_evals)
+        definition_of = partial(tool_definition, for_evals=run is not None and run.agent.for_evals)
     definition, final = definition_of(tool), _Final(fence, recorded)
     if refused := arguments_refusal(definition, tool, arguments):
         return _refuse(record, refused, final)
     assert definition is not None and isinstance(arguments, dict)
+    limits = _limits(run, workspace, approved_by)
     if definition.source == "mcp":
         return _mcp(
             record,
@@ -115,6 +107,7 @@ def tool_call_run(
             transform,
             before_run,
             final=final,
+            limits=limits,
             hold_asks=hold_asks,
             approved_by=approved_by,
         )
@@ -134,6 +127,41 @@ def tool_call_run(
         transform=transform,
         before_run=before_run,
         final=final,
+        limits=limits,
+    )
+
+
+def _record(
+    workspace: Workspace,
+    run: Run | None,
+    tool: str,
+    tool_use_id: str,
+    arguments: Any,
+    policy: Policy,
+    user: Any,
+) -> ToolCall:
+    """The call's record, unsaved: who asked for what, under which policy version."""
+    return ToolCall(
+        workspace=workspace,
+        run=run,
+        tool_use_id=tool_use_id[:200],
+        tool=tool[:120],
+        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
+        policy_name=policy.name,
+        policy_version=policy.version,
+        requested_by=user if getattr(user, "pk", None) else None,
+    )
+
+
+def _limits(run: Run | None, workspace: Workspace, approved_by: Any) -> LimitContext:
+    """The deciding rule's window and rate are counted per this run, its agent and its
+    workspace; a call a person approved was counted when it was asked."""
+    return limit_context(
+        now=timezone.now(),
+        run_id=run.pk if run is not None else None,
+        agent_id=run.agent_id if run is not None else None,
+        workspace_id=workspace.pk,
+        counted=approved_by is None,
     )
 
 
@@ -169,6 +197,7 @@ def _builtin(
     transform: Transform | None,
     before_run: BeforeRun | None,
     final: _Final,
+    limits: LimitContext,
 ) -> ToolCall:
     """A built-in (or custom) tool: decided by its paths, the boundaries and the policy;
     an ask is handed back unsaved (``hold_asks``) or refused; an allowed call runs in a
@@ -183,6 +212,7 @@ def _builtin(
         grants=grants,
         boundary=boundary,
         approved_by=approved_by,
+        limits=limits,
     )
     if isinstance(decided, NeedsApproval):
         return _asked(record, decided, hold_asks=hold_asks, final=final)
@@ -241,6 +271,7 @@ def _mcp(
     before_run: BeforeRun | None,
     *,
     final: _Final,
+    limits: LimitContext,
     hold_asks: bool = False,
     approved_by: Any = None,
 ) -> ToolCall:
@@ -251,7 +282,7 @@ def _mcp(
     anything is journalled, like a built-in tool's ask; ``approved_by`` is the yes."""
     if before_run is not None and (halted := before_run(record.tool, arguments)):
         return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), final)
-    now = timezone.now()
+    now = limits.now
     server, decided = mcp_decide(
         definition=definition,
         workspace=workspace,
@@ -259,6 +290,7 @@ def _mcp(
         policy=policy,
         grants=grants,
         now=now,
+        limits=limits,
         task=(record.run.task or {}) if record.run is not None else None,  # its boundaries
         approved_by=approved_by,
     )

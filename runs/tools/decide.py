@@ -27,6 +27,7 @@ from jsonschema.exceptions import _Error as JsonSchemaError
 from policies.core.paths import PathRefused
 from policies.core.permissions import (
     Grant,
+    LimitContext,
     Policy,
     SideEffect,
     Verdict,
@@ -113,10 +114,11 @@ def builtin_decide(
     grants: Sequence[Grant],
     boundary: BoundaryCheck | None = None,
     approved_by: Any = None,
+    limits: LimitContext | None = None,
 ) -> Decided:
-    """Step 2 for a built-in (or custom) tool: its paths, the task's boundaries, the policy.
-    ``approved_by`` is a person's yes for this one call: it turns an ask into an allow (a
-    deny still wins)."""
+    """Step 2 for a built-in (or custom) tool: its paths, the task's boundaries, the policy
+    with its deciding rule's window and rate (``limits``). ``approved_by`` is a person's
+    yes for this one call: it turns an ask into an allow (a deny still wins)."""
     try:
         paths = _paths(arguments, workspace)
     except PathRefused as error:
@@ -131,7 +133,7 @@ def builtin_decide(
     if boundary is not None and (outside := boundary(runs_as or tool, paths, effect)):
         return Refused(f"deny: {outside}", "deny", "task-boundary", first)
     verdict = decide_paths(
-        policy, tool, level_of(definition.permission_level), effect, paths, grants
+        policy, tool, level_of(definition.permission_level), effect, paths, grants, limits
     )
     if shell and boundary is not None:
         verdict = shell_asks(verdict)
@@ -188,7 +190,7 @@ def shell_asks(verdict: Verdict) -> Verdict:
     if verdict.decision == "deny":
         return verdict
     reason = f"{verdict.reason}; the shell runs only once a person types the command"
-    return Verdict("ask_strong", True, verdict.rule, reason)
+    return Verdict("ask_strong", True, verdict.rule, reason, limits=verdict.limits)
 
 
 def side_effect(definition: ToolDefinition) -> SideEffect:

@@ -9,7 +9,6 @@ call, in that folder, with a scrubbed environment, and stopped at the call's tim
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from datetime import datetime
@@ -17,16 +16,24 @@ from functools import partial
 from typing import Any
 
 import anyio
-from django.core.cache import cache
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
 from policies.core.mcp_checks import McpRefusal, check_mcp_call, restricted
 from policies.core.mcp_reach import ArgumentRefused, reach_paths
-from policies.core.permissions import Policy, Verdict, decide_paths, level_of, side_effect_of
+from policies.core.permissions import (
+    LimitContext,
+    Policy,
+    Verdict,
+    decide_paths,
+    level_of,
+    side_effect_of,
+    within_limits,
+)
 from policies.mcp_servers import errlog, server_parameters, server_root, split_name
 from policies.models import McpServer, ToolDefinition
 from policies.paths import resolve_in_root, tree_entries
+from policies.rate_limits import rate_exceeded
 
 from ..core.intake.boundaries import side_effect_outside
 from .decide import Allowed, NeedsApproval, Refused
@@ -43,25 +50,6 @@ async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: st
             return await session.call_tool(tool, arguments)
 
 
-def _count_this_minute(server: McpServer, now: datetime) -> int:
-    """The calls in the last sixty seconds before this one, shared by every process
-    through the cache: this minute's count plus the previous minute's weighted by how much
-    of it the last sixty seconds still cover (a sliding window). Counting calendar minutes
-    alone let twice the limit through across a minute's turn, a burst the eval set's
-    rate-limit case caught when its calls straddled one."""
-    minutes = now.timestamp() / 60
-    window = math.floor(minutes)
-    key = f"mcp-rate:{server.name}:{window}"
-    cache.add(key, 0, timeout=180)
-    try:
-        current = cache.incr(key) - 1  # the calls before this one
-    except ValueError:  # evicted between add and incr: count this call as the first
-        cache.set(key, 1, timeout=180)
-        current = 0
-    previous = cache.get(f"mcp-rate:{server.name}:{window - 1}") or 0
-    return current + math.ceil(previous * (1 - (minutes - window)))
-
-
 def mcp_decide(
     *,
     definition: ToolDefinition,
@@ -70,6 +58,7 @@ def mcp_decide(
     policy: Policy,
     grants: Any,
     now: datetime,
+    limits: LimitContext | None = None,
     task: Mapping[str, Any] | None = None,
     approved_by: Any = None,
 ) -> tuple[McpServer | None, Refused | NeedsApproval | Allowed]:
@@ -79,7 +68,8 @@ def mcp_decide(
     side effect; a writing one, on a server that serves its workspace, changes only the
     files it names), approval needed (a policy's ask of an MCP call is refused: no person is
     asked; a whole-root tool its server sets to ask is), rate limit, change window. Every
-    path is decided; the strictest verdict stands."""
+    path is decided; the strictest verdict stands, then its rule's own window and rate
+    (``limits``), as for a built-in tool."""
     server_name, tool = split_name(definition.name)
     server = McpServer.objects.filter(name=server_name).first()
     effect = side_effect_of(definition.side_effect)
@@ -104,23 +94,30 @@ def mcp_decide(
             return None
         return _task_boundary(task, definition.name, effect, root, workspace.root, resolved)
 
-    verdict = decide_paths(
-        policy,
-        definition.name,
-        level_of(definition.permission_level),
-        effect,
-        resolved,
-        list(grants or ()),
-    )
+    decided = [
+        decide_paths(
+            policy,
+            definition.name,
+            level_of(definition.permission_level),
+            effect,
+            resolved,
+            list(grants or ()),
+        )
+    ]
+
+    def decision() -> tuple[str, str]:
+        if limits is not None:  # the rule's window and rate, for a call that got this far
+            decided[0] = within_limits(policy, decided[0], limits)
+        return decided[0].decision, decided[0].reason
+
     refusal = check_mcp_call(
         config,
         tool,
         arguments,
         reach=definition.reach(),
-        decision=verdict.decision,
-        decision_reason=verdict.reason,
+        decision=decision,
         # Only asked of a whitelisted server (check 1 refuses any other first).
-        calls_this_minute=lambda: _count_this_minute(server, now) if server else 0,
+        rate_exceeded=lambda limit: rate_exceeded(f"mcp:{server_name}", limit, now),
         now=now,
         server_name=server_name,
         resolve=resolve,
@@ -130,7 +127,7 @@ def mcp_decide(
         approved=approved_by is not None,
         boundary=boundary,
     )
-    return server, _outcome(verdict, refusal, resolved)
+    return server, _outcome(decided[0], refusal, resolved)
 
 
 def _task_boundary(
