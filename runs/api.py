@@ -85,7 +85,9 @@ class ToolCallSerializer(serializers.ModelSerializer):
 class ModelCallSerializer(serializers.ModelSerializer):
     """One model call with its token use and what it cost (SPEC O4): ``cost_basis`` says
     whether the cost is reported (the provider's counts), estimated (counted here) or
-    unpriced (no price for the model: ``cost_usd`` is null)."""
+    unpriced (no price for the model: ``cost_usd`` is null). ``context`` is what the
+    prompt held (B12): each system layer's tokens against its budget with what it dropped
+    or cut and why, the tool definitions, the conversation after compaction and its tier."""
 
     cost_usd = serializers.DecimalField(max_digits=20, decimal_places=9, read_only=True)
     price_version = serializers.IntegerField(source="price.version", default=None, read_only=True)
@@ -105,6 +107,7 @@ class ModelCallSerializer(serializers.ModelSerializer):
             "cost_usd",
             "cost_basis",
             "price_version",
+            "context",
             "created_at",
         ]
 

@@ -240,6 +240,9 @@ class ModelCall(models.Model):
     cache_creation_input_tokens = models.PositiveIntegerField(default=0)
     cache_read_input_tokens = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(default=0)
+    # What the prompt held, layer by layer, with the compaction in force (runs.core.
+    # turn_figures): empty for turns recorded before it was kept.
+    context = models.JSONField(default=dict, blank=True)
     # Priced when recorded, with the price version then in force (SPEC O4); null when the
     # price table has no price for the model.
     cost_usd = models.DecimalField(max_digits=20, decimal_places=9, null=True, blank=True)

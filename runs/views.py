@@ -30,6 +30,7 @@ from .forms import RunForm
 from .grants import grant_revoke
 from .model_clients import model_key_set
 from .models import Run, SessionGrant
+from .observability.turns import turn_table, turns_figure
 from .replays import replay_scripts
 from .run_filters import (
     SELECTS,
@@ -170,6 +171,7 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "pending": [a for a in approvals if a.is_pending],
         "steps": run.steps.order_by("index"),
         "tool_calls": run.tool_calls.select_related("approved_by").order_by("started_at"),
+        **_turns(run),
         "grants": run.grants.select_related("granted_by", "revoked_by"),
         "can_decide": may_decide(user) and not is_requester,
         "is_requester": is_requester,
@@ -186,6 +188,11 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         if may_see_evals(user)
         else [],
     }
+
+
+def _turns(run: Run) -> dict[str, Any]:
+    table = turn_table(run.model_calls.order_by("turn"))
+    return {"turns": table, "turns_figure": turns_figure(table)}
 
 
 @login_required

@@ -47,3 +47,6 @@ class Driver:
     fresh_uses: set[str] = field(default_factory=set)
     config: Any = None  # runs.flow.config.RunConfig, read once per claim, kept fresh
     sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # token estimates
+    # The system prompt's layers and the tools' tokens as this claim sends them (B12).
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    tool_tokens: int = 0

@@ -5,6 +5,7 @@ machine is ``runs.core.loop``; this module drives it."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from policies.context import context_build
+from policies.core.tokenizer import ByteEstimate, utf8_length
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.effective_config import effective_config
 from policies.permissions import policy_for_agent
@@ -23,6 +25,7 @@ from ..core import status as run_status
 from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
 from ..core.intake.boundaries import task_paths
 from ..core.model_turns import OFFLINE_REPLAY, ModelError, ModelTurn, Usage
+from ..core.turn_figures import layer_figures, turn_context
 from ..leases import fenced
 from ..lifecycle import run_transition
 from ..model_clients import ReplayModel, model_for_run, system_blocks
@@ -48,6 +51,7 @@ from .intake import task_text
 from .outcomes import NEXT, StageOutcome
 from .tool_step import tool_decided, tool_step
 
+_TOKENS = ByteEstimate()  # the tool definitions' estimate, as compaction counts messages
 STABLE_LAYERS = frozenset({"identity", "instruction_files", "project_context", "business_rules"})
 
 
@@ -106,6 +110,7 @@ def _prompt(driver: Driver, run: Run) -> None:
         if layer.name not in STABLE_LAYERS and layer.name != "task_state" and layer.text
     )
     driver.system = system_blocks(stable, variable)
+    driver.layers = layer_figures(layers)
     policy = policy_for_agent(run.agent)
     if not run.effective_config:  # the first prompt's: a takeover keeps what was used
         used = effective_config(agent=run.agent, built=built, policy=policy)
@@ -116,6 +121,7 @@ def _prompt(driver: Driver, run: Run) -> None:
         for t in tool_definitions_for(policy, for_evals=run.agent.for_evals, task=run.task or {})
         if t["name"] not in BUILTIN_TOOLS or t["name"] in allowed
     ]
+    driver.tool_tokens = _TOKENS.tokens_for_size(utf8_length(json.dumps(driver.tools)))
 
 
 def _sizes(driver: Driver, messages: list[dict[str, Any]]) -> list[int]:
@@ -237,6 +243,14 @@ def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn
             cache_creation_input_tokens=usage.cache_creation_input_tokens,
             cache_read_input_tokens=usage.cache_read_input_tokens,
             latency_ms=turn.latency,
+            context=turn_context(
+                driver.layers,
+                compacted,
+                whole_tokens=run.agent.compaction_whole_tokens,
+                summary_tokens=run.agent.compaction_summary_tokens,
+                tools=len(driver.tools or ()),
+                tool_tokens=driver.tool_tokens,
+            ),
             cost_usd=priced.cost_usd,
             cost_basis=priced.basis,
             price_id=priced.price_id,
