@@ -206,3 +206,59 @@ def test_counts_and_reasons_come_from_the_texts_fitted():
     assert [(d.source_id, d.tokens, d.reason) for d in result.dropped] == [
         ("a", 10, REASON_UNIT_TOO_LARGE)
     ]
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(min_value=1, max_value=120),
+    st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=600),
+    st.integers(min_value=1, max_value=20_000),
+)
+def test_the_guessed_boundary_is_the_walked_one(base, jitter, room):
+    """Units of nearly even length (the guess from the mean holds) and of uneven length
+    (it does not, and says so): whenever the guess answers, it is the strided walk's
+    answer, text and kept units alike."""
+    from policies.core.assembler import _drop_head_by_estimate, _drop_head_by_length
+
+    texts = tuple("x" * (base + extra * (i % 3)) for i, extra in enumerate(jitter))
+    joined = UNIT_SEPARATOR.join(texts)
+    if len(joined) <= room:
+        return  # all fits: neither is asked
+    guessed = _drop_head_by_estimate(texts, joined, room, REASON_OVER_BUDGET)
+    walked = _drop_head_by_length(texts, joined, room, REASON_OVER_BUDGET)
+    if guessed is not None:
+        assert walked is not None
+        assert (guessed.text, list(guessed.kept)) == (walked.text, list(walked.kept))
+        assert len(guessed.text) <= room
+
+
+def test_the_guess_answers_for_units_of_even_length():
+    from policies.core.assembler import _drop_head_by_estimate
+
+    texts = tuple(f"Rule {i:07d}: keep pages short." for i in range(1_000))
+    joined = UNIT_SEPARATOR.join(texts)
+    plan = _drop_head_by_estimate(texts, joined, len(joined) // 2, REASON_OVER_BUDGET)
+    assert plan is not None and plan.text == UNIT_SEPARATOR.join(texts[plan.kept[0] :])
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.text(alphabet="ab", min_size=0, max_size=40), min_size=1, max_size=400),
+    st.data(),
+)
+def test_the_unit_an_offset_falls_in_is_found_alike_guessed_or_walked(unit_texts, data):
+    """The offset's unit by the mean (given the joined length) is the plain scan's."""
+    from policies.core.assembler import _joined_length, _unit_at
+
+    joined = UNIT_SEPARATOR.join(unit_texts)
+    offset = data.draw(st.integers(min_value=0, max_value=len(joined)))
+    starts, position = [], 0
+    for text in unit_texts:
+        starts.append(position)
+        position += len(text) + len(UNIT_SEPARATOR)
+    expected = max(i for i, start in enumerate(starts) if start <= offset)
+    for found in (
+        _unit_at(unit_texts, offset),
+        _unit_at(unit_texts, offset, _joined_length, len(joined)),
+    ):
+        assert found == (expected, starts[expected])

@@ -22,7 +22,7 @@ prompt; layers join with a blank line, which belongs to no layer.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, repeat
@@ -286,7 +286,9 @@ def _drop_whole_units(
         return _Plan(joined, range(len(texts)))
     room = _bytes_within(budget, tokenizer)
     if room is not None and joined.isascii():
-        plan = _drop_head_by_length(texts, joined, room, over)
+        plan = _drop_head_by_estimate(texts, joined, room, over) or _drop_head_by_length(
+            texts, joined, room, over
+        )
         if plan is not None:
             return plan
     sizes, sizes_are_chars = _sizes(texts, joined, tokenizer)
@@ -326,40 +328,86 @@ def _bytes_within(budget: int, tokenizer: Tokenizer) -> int | None:
     return None
 
 
+def _drop_head_by_estimate(texts: Sequence[str], joined: str, room: int, over: str) -> _Plan | None:
+    """The tail that fits ``room`` characters, guessed from the mean unit length and then
+    walked a unit at a time to the exact boundary: one measure of the guessed tail, in C,
+    and a few ``len`` calls, when units are of even length. None when the guess is more
+    than a few units off (uneven units: the strides of :func:`_drop_head_by_length` find
+    it) or the unit the boundary stops at is larger than the room."""
+    separator, count = len(UNIT_SEPARATOR), len(texts)
+    first = max(0, min(count, count - int(room * count / (len(joined) + separator))))
+    measure = _span_measure(len(joined), count)
+    used = measure(texts[first:]) + separator * (count - first) - separator
+    for _ in range(_WALK):
+        if used > room and first < count:  # one too many: drop the head of the tail
+            used, first = used - len(texts[first]) - separator, first + 1
+        elif first > 0 and used + len(texts[first - 1]) + separator <= room:
+            used, first = used + len(texts[first - 1]) + separator, first - 1
+        else:
+            break
+    else:
+        return None
+    if first > 0 and len(texts[first - 1]) > room:
+        return None
+    text = joined[len(joined) - used :] if first < count else ""
+    return _Plan(text, range(first, count), ((range(first), over),), by_size=room)
+
+
+_WALK = 8
+
+
 def _drop_head_by_length(texts: Sequence[str], joined: str, room: int, over: str) -> _Plan | None:
     """The longest tail of the units that fits ``room`` characters, found from the end in
-    chunks summed in C: only the kept part is measured, and the text is a slice of the
+    strides measured in C: only the kept part is measured, and the text is a slice of the
     join. A unit of a tail that fits is no larger than the room, so none needs checking but
     the one the walk stops at: if that one is larger than the room, it must be set aside
     and units before it kept instead, which the general path does (None)."""
     separator = len(UNIT_SEPARATOR)
     end, used = len(texts), -separator  # the size of the kept tail, joined
-    # One first stride to nine tenths of the expected boundary (by the mean unit length),
-    # then chunks: a few iterations whatever the number of units.
-    stride = int(0.9 * room * len(texts) / (len(joined) + separator))
+    # Each stride covers nine tenths of the room still left, at the mean unit length, so a
+    # few strides reach the boundary whatever the number of units; one that overshoots
+    # (units of uneven length) is halved; the last few units are walked one by one.
+    mean = (len(joined) + separator) / len(texts)
+    measure = _span_measure(len(joined), len(texts))
+    longest = len(texts)
     while end > 0:
-        start = max(0, end - max(stride, _TAIL_CHUNK))
-        stride = 0
-        chunk = texts[start:end]
-        span = sum(map(len, chunk)) + separator * len(chunk)
+        step = min(longest, max(int(0.9 * (room - used) / mean), _TAIL_CHUNK))
+        chunk = texts[max(0, end - step) : end]
+        span = measure(chunk) + separator * len(chunk)
         if used + span <= room:
-            used, end = used + span, start
+            used, end = used + span, end - len(chunk)
             continue
-        # The chunk the boundary falls in: the sizes of its last 1, 2, ... units with their
-        # separators, summed in C, and the most that fit, by bisection.
-        lengths = list(map(len, reversed(chunk)))
-        tail = list(accumulate(map(add, lengths, repeat(separator))))
-        count = bisect_right(tail, room - used)
-        if lengths[count] > room:
-            return None
-        if count:
-            used, end = used + tail[count - 1], end - count
+        if len(chunk) > _TAIL_CHUNK:
+            longest = len(chunk) // 2
+            continue
+        for text in reversed(chunk):
+            if used + len(text) + separator > room:
+                if len(text) > room:
+                    return None
+                break
+            used, end = used + len(text) + separator, end - 1
         break
     text = joined[len(joined) - used :] if end < len(texts) else ""
     return _Plan(text, range(end, len(texts)), ((range(end), over),), by_size=room)
 
 
-_TAIL_CHUNK = 64
+_TAIL_CHUNK = 16
+# Below this mean length, joining a run of short texts (one C pass and a copy) measures
+# them faster than a ``len`` call per text; above it, the copy costs more than the calls.
+_JOIN_MEASURES_BELOW = 512
+
+
+def _joined_length(texts: Sequence[str]) -> int:
+    return len("".join(texts))
+
+
+def _summed_lengths(texts: Sequence[str]) -> int:
+    return sum(map(len, texts))
+
+
+def _span_measure(total: int, count: int) -> Callable[[Sequence[str]], int]:
+    """How to measure the total length of a run of the layer's texts, by their mean."""
+    return _joined_length if total < _JOIN_MEASURES_BELOW * max(1, count) else _summed_lengths
 
 
 def _join_from(texts: Sequence[str], fitting: Sequence[int], head: int) -> str:
@@ -422,7 +470,7 @@ def _truncate_tail(texts: Sequence[str], budget: int, tokenizer: Tokenizer) -> _
         return _Plan("", (), ((range(len(texts)), REASON_NO_ROOM),))
     cut = _longest_prefix(text, budget, tokenizer)
     # The unit the cut falls in (or, if it falls in a separator, the unit before it).
-    index, start = _unit_at(texts, cut)
+    index, start = _unit_at(texts, cut, _span_measure(len(text), len(texts)), len(text))
     whole = cut >= start + len(texts[index])
     first_dropped = index + 1 if (whole or cut > start) else index  # nothing of it kept
     cut_index = None if whole or cut == start else index
@@ -438,15 +486,34 @@ def _truncate_tail(texts: Sequence[str], budget: int, tokenizer: Tokenizer) -> _
     )
 
 
-def _unit_at(texts: Sequence[str], offset: int) -> tuple[int, int]:
+def _unit_at(
+    texts: Sequence[str],
+    offset: int,
+    measure: Callable[[Sequence[str]], int] = _summed_lengths,
+    length: int = 0,
+) -> tuple[int, int]:
     """The index and start of the last unit starting at or before ``offset`` of the joined
-    text: walked from the head in chunks summed in C, so only the units before the offset
-    are measured."""
-    separator = len(UNIT_SEPARATOR)
+    text: guessed from the mean unit length and walked a unit at a time when units are of
+    even length, else walked from the head in chunks summed in C; either way only the
+    units before the offset are measured. ``length``: that of the joined text, if known."""
+    separator, count = len(UNIT_SEPARATOR), len(texts)
+    if length and count > _UNIT_CHUNK:
+        mean = (length + separator) / count
+        index = min(count - 1, int(offset / mean))
+        position = measure(texts[:index]) + separator * index
+        for _ in range(_WALK):
+            if position > offset and index > 0:
+                index -= 1
+                position -= len(texts[index]) + separator
+            elif index + 1 < count and position + len(texts[index]) + separator <= offset:
+                position += len(texts[index]) + separator
+                index += 1
+            else:
+                return index, position
     index, position = 0, 0  # the start of unit ``index``
     while True:
-        chunk = texts[index : index + _TAIL_CHUNK]
-        span = sum(map(len, chunk)) + separator * len(chunk)
+        chunk = texts[index : index + _UNIT_CHUNK]
+        span = measure(chunk) + separator * len(chunk)
         if position + span > offset or index + len(chunk) >= len(texts):
             break
         index, position = index + len(chunk), position + span
@@ -454,6 +521,9 @@ def _unit_at(texts: Sequence[str], offset: int) -> tuple[int, int]:
     starts = list(accumulate(map(add, map(len, chunk), repeat(separator)), initial=position))
     within = bisect_right(starts, offset, hi=len(chunk)) - 1
     return index + within, starts[within]
+
+
+_UNIT_CHUNK = 64
 
 
 def _longest_prefix(text: str, budget: int, tokenizer: Tokenizer) -> int:
