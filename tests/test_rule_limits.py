@@ -570,3 +570,34 @@ def test_a_run_shows_outside_the_change_window_as_the_reason(
     client.force_login(personas.operator)
     page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
     assert "outside the change window of rule office-hours" in page
+
+
+@pytest.mark.django_db
+def test_a_stored_window_the_admin_never_saw_fails_the_policy_closed_naming_the_rule():
+    row = PolicyRow.objects.create(name=f"bad-{uuid.uuid4().hex[:6]}", ceiling="L3")
+    PolicyRule.objects.create(policy=row, order=10, key="drafts", tool="*", decision="allow")
+    PolicyRule.objects.filter(policy=row).update(window_timezone="Nowhere/Zone", window_days="x")
+    with pytest.raises(PolicyError, match="Rule drafts: days: 'x' is not a day"):
+        policy_for_agent(type("A", (), {"policy_id": row.pk})())
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_a_run_under_a_broken_stored_rule_fails_and_says_which(personas, agent, workspace, api):
+    row = PolicyRow.objects.create(name=f"bad-{uuid.uuid4().hex[:6]}", ceiling="L3")
+    PolicyRule.objects.create(policy=row, order=10, key="reads", tool="*", decision="allow")
+    PolicyRule.objects.filter(policy=row).update(window_timezone="Nowhere/Zone", window_days="mon")
+    agent.policy = row
+    agent.save()
+    api.answers.append(message([{"type": "text", "text": "Never asked."}]))
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+    run = drive(run)
+    assert run.status == "failed"
+    assert "Rule reads: timezone: 'Nowhere/Zone' is not a time zone" in run.failure_reason
+    assert api.requests == []  # the model was never asked: nothing ran under it
