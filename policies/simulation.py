@@ -3,18 +3,19 @@ edited policy, before it is saved."""
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+import math
+from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from runs.models import ToolCall
 
 from .core.permissions import LimitContext, Policy, decide_paths, level_of, side_effect_of
 from .models import ToolDefinition
+from .rate_limits import sliding_count
 
 RECENT_CALLS = 200
-_MINUTE = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -30,21 +31,21 @@ class ChangedDecision:
 
 
 class Replayed:
-    """The rate limiter over recorded calls, exactly: the calls each key let through in
-    the sixty seconds before each call, counted as the calls are replayed oldest first."""
+    """The rate limiter over recorded calls, replayed oldest first: the same sliding minute
+    as the live limiter (``rate_limits.sliding_count``), over the calls replayed before."""
 
     def __init__(self) -> None:
-        self._times: defaultdict[str, deque[datetime]] = defaultdict(deque)
+        self._counts: defaultdict[tuple[str, int], int] = defaultdict(int)
         self.now: datetime | None = None
 
     def exceeded(self, key: str, limit: int) -> bool:
         assert self.now is not None
-        times = self._times[key]
-        while times and times[0] <= self.now - _MINUTE:
-            times.popleft()
-        if len(times) >= limit:
+        minutes = self.now.timestamp() / 60
+        minute = math.floor(minutes)
+        current, previous = self._counts[key, minute], self._counts[key, minute - 1]
+        if sliding_count(current, previous, 1 - (minutes - minute)) >= limit:
             return True
-        times.append(self.now)
+        self._counts[key, minute] += 1
         return False
 
 
@@ -57,7 +58,7 @@ def policy_edit_effect(
     at the time it was made (its rule's change window) and against the calls before it
     (its rule's rate, per run, agent or workspace as the rule counts); grants are left
     out, so the difference is the edit's alone. Calls refused before any decision (bad
-    input, escaping paths) are not looked at.
+    input, escaping paths, the task's boundaries, a hook) are not looked at.
     """
     calls = list(
         ToolCall.objects.without_evals()
@@ -67,12 +68,16 @@ def policy_edit_effect(
         .order_by("-started_at")[:limit]
     )
     registry = {t.name: t for t in ToolDefinition.objects.filter(name__in={c.tool for c in calls})}
-    replays = Replayed(), Replayed()
+    # A call refused before the policy was asked (the task's boundaries, a hook) says so by
+    # its rule: no rule of either version. Live, it never reached the policy or a rate.
+    rules = {rule.id for rule in (*current.rules, *edited.rules)}
+    replays, looked = (Replayed(), Replayed()), 0
     changed = []
     for record in reversed(calls):  # oldest first, so each rate sees the calls before it
         tool = registry.get(record.tool)
-        if tool is None:
+        if tool is None or (record.rule and record.rule not in rules):
             continue
+        looked += 1
         verdicts = []
         for policy, replay in zip((current, edited), replays, strict=True):
             replay.now = record.started_at
@@ -103,4 +108,4 @@ def policy_edit_effect(
                     after.reason,
                 )
             )
-    return len(calls), changed[::-1]
+    return looked, changed[::-1]

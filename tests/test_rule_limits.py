@@ -12,6 +12,7 @@ import threading
 import uuid
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.urls import reverse
@@ -310,10 +311,10 @@ def test_a_call_over_the_limit_does_not_use_it_up():
 # --- through the one door: built-in and MCP tools ------------------------------------------
 
 
-def stored_policy(name, **limits) -> Policy:
+def stored_policy(name, decision="allow", **limits) -> Policy:
     row = PolicyRow.objects.create(name=f"{name}-{uuid.uuid4().hex[:6]}", ceiling="L3")
     PolicyRule.objects.create(
-        policy=row, order=10, key="drafts", tool="createDraft", decision="allow", **limits
+        policy=row, order=10, key="drafts", tool="createDraft", decision=decision, **limits
     )
     PolicyRule.objects.create(policy=row, order=20, key="reads", tool="*", decision="allow")
     return policy_for_agent(type("A", (), {"policy_id": row.pk})())
@@ -601,3 +602,148 @@ def test_a_run_under_a_broken_stored_rule_fails_and_says_which(personas, agent, 
     assert run.status == "failed"
     assert "Rule reads: timezone: 'Nowhere/Zone' is not a time zone" in run.failure_reason
     assert api.requests == []  # the model was never asked: nothing ran under it
+
+
+# --- what a hostile reading found ----------------------------------------------------------
+def test_a_call_on_two_paths_meets_the_limits_of_both_rules_whatever_their_order():
+    closed = weekly(days_of("mon-fri"), None, None, "UTC")
+    policy = Policy(
+        "p",
+        "L3",
+        (
+            Rule("docs", "renameFile", "allow", "docs/**"),
+            Rule("deploy", "renameFile", "allow", "deploy/**", limits=RuleLimits(closed)),
+        ),
+    )
+    saturday = LimitContext(datetime(2026, 12, 5, 12, tzinfo=UTC), {"run": "r"}, Counter())
+    for paths in (["docs/a.md", "deploy/evil.md"], ["deploy/evil.md", "docs/a.md"]):
+        verdict = decide_paths(policy, "renameFile", "L2", "filesystem_write", paths, (), saturday)
+        assert verdict.decision == "deny", paths
+        assert "outside the change window of rule deploy" in verdict.reason
+
+
+def test_a_second_rule_over_its_rate_gives_back_what_the_first_counted():
+    policy = Policy(
+        "p",
+        "L3",
+        (
+            Rule("a", "renameFile", "allow", "a/**", limits=RuleLimits(per_minute=5)),
+            Rule("b", "renameFile", "allow", "b/**", limits=RuleLimits(per_minute=1)),
+        ),
+    )
+    given_back: list[str] = []
+    context = LimitContext(
+        FRIDAY_NOON_PARIS,
+        {"run": "r"},
+        lambda key, limit: key.endswith(":b:run:r"),  # b is full, a is not
+        given_back.append,
+    )
+    verdict = decide_paths(policy, "renameFile", "L2", "none", ["a/x", "b/y"], (), context)
+    assert verdict.decision == "deny" and given_back == ["rule:p:a:run:r"]
+
+
+def test_an_excluded_date_closes_the_night_window_that_starts_on_it():
+    night = weekly(days_of("thu"), time(22), time(2), PARIS, dates_of("2026-12-24"))
+    paris = ZoneInfo(PARIS)
+    assert not night.holds(datetime(2026, 12, 24, 23, tzinfo=paris))
+    assert not night.holds(datetime(2026, 12, 25, 1, tzinfo=paris))  # the same night
+    assert night.holds(datetime(2026, 12, 31, 23, tzinfo=paris))  # the next Thursday
+    friday_off = weekly(days_of("thu"), time(22), time(2), PARIS, dates_of("2026-12-25"))
+    assert friday_off.holds(datetime(2026, 12, 25, 1, tzinfo=paris))  # started on Thursday
+
+
+@pytest.mark.parametrize("zone", ["localtime", "Factory", "posixrules", "Mars/Olympus", ""])
+def test_a_zone_that_depends_on_the_host_or_does_not_exist_is_refused(zone):
+    with pytest.raises(WindowError, match="not a time zone"):
+        weekly(zone=zone or " ")
+
+
+def test_the_preview_counts_a_rate_as_the_live_limiter_does():
+    from policies.simulation import Replayed
+
+    replay, key = Replayed(), f"test:{uuid.uuid4().hex}"
+    start = datetime(2026, 12, 4, 12, 0, 50, tzinfo=UTC)
+    moments = [start + timedelta(seconds=s) for s in (0, 3, 6, 9, 15, 40, 45, 70, 95, 130)]
+    live, replayed = [], []
+    for moment in moments:
+        replay.now = moment
+        live.append(rate_exceeded(key, 3, moment))
+        replayed.append(replay.exceeded("k", 3))
+    assert live == replayed and any(live) and not all(live)
+
+
+@pytest.mark.django_db
+def test_a_call_a_hook_refuses_gives_its_rate_back(workspace):
+    policy = stored_policy("hooked", rate_limit=1, rate_scope="workspace")
+
+    def halting(tool, arguments):
+        return ("freeze", "Change freeze: no writes today.")
+
+    for _ in range(3):
+        assert draft(workspace, policy, before_run=halting).status == "refused"
+    assert draft(workspace, policy).status == "ok"  # the three refused used none of it
+
+
+@pytest.mark.django_db
+def test_an_ask_nobody_is_there_to_answer_gives_its_rate_back(workspace):
+    policy = stored_policy("asked", rate_limit=1, rate_scope="workspace")
+    PolicyRule.objects.filter(key="drafts", policy__name=policy.name).update(decision="ask")
+    policy = policy_for_agent(
+        type("A", (), {"policy_id": PolicyRow.objects.get(name=policy.name).pk})()
+    )
+    for _ in range(2):
+        refused = draft(workspace, policy)  # no person to ask: refused
+        assert refused.status == "refused" and refused.decision == "ask"
+    held = draft(workspace, policy, hold_asks=True)
+    assert held.status == "ask", held.reason  # not over the rate: the refusals gave it back
+
+
+@pytest.mark.django_db
+def test_mcp_calls_refused_by_the_server_s_window_use_no_rate(workspace, notes):
+    row = PolicyRow.objects.create(name=f"mcpw-{uuid.uuid4().hex[:6]}", ceiling="L3")
+    PolicyRule.objects.create(
+        policy=row, order=10, key="notes", tool="mcp:*", decision="allow", rate_limit=1
+    )
+    policy = policy_for_agent(type("A", (), {"policy_id": row.pk})())
+    notes.rate_limit_per_minute = 1
+    notes.window_days = [(timezone.now().weekday() + 3) % 7]
+    notes.save()
+
+    def read():
+        return tool_call_run(
+            workspace=workspace,
+            tool=f"mcp:{notes.name}:read_note",
+            arguments={"path": "notes/a.md"},
+            policy=policy,
+        )
+
+    for _ in range(3):
+        assert read().error.startswith("change_window: outside the change window")
+    notes.window_days = []
+    notes.save()
+    assert read().status == "ok"  # neither the rule's rate nor the server's was used up
+
+
+@pytest.mark.django_db
+def test_an_mcp_server_saved_with_a_window_of_no_time_refuses_instead_of_crashing(notes):
+    McpServer.objects.filter(pk=notes.pk).update(window_start=time(9), window_end=time(9))
+    notes.refresh_from_db()
+    window = notes.as_config().window
+    assert window is not None and not window.holds(FRIDAY_NOON_PARIS)
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_a_commit_asked_about_counts_against_its_rule_s_rate(personas, agent, workspace, docs):
+    from tests.helpers import driven
+
+    PolicyRule.objects.filter(policy__name="default", key="modify").update(
+        rate_limit=1, rate_scope="workspace", over_rate="deny"
+    )
+    first = driven(personas, agent, workspace)
+    assert first.status == "waiting_for_approval", first.failure_reason
+    second = driven(personas, agent, workspace)
+    assert second.status == "failed"
+    assert "over the rate limit of rule modify (1 call a minute per workspace)" in (
+        second.failure_reason
+    )

@@ -235,6 +235,7 @@ class LimitOutcome:
     held: bool
     detail: str
     turned: Decision | None = None
+    key: str = ""  # the rate's counter this call was counted under, to give back if refused
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,7 @@ class LimitContext:
     now: datetime
     scope_ids: Mapping[str, str] = field(default_factory=dict)
     rate_exceeded: Callable[[str, int], bool] | None = None
+    rate_release: Callable[[str], None] | None = None  # gives one counted call back
 
 
 @dataclass(frozen=True)
@@ -355,47 +357,74 @@ def decide_paths(
     candidates: Sequence[str | None] = paths or [None]
     verdicts = [decide(policy, Call(tool, level, side_effect, path), grants) for path in candidates]
     verdict = max(verdicts, key=lambda verdict: DECISIONS.index(verdict.decision))
-    return within_limits(policy, verdict, limits) if limits is not None else verdict
+    if limits is None:
+        return verdict
+    return within_limits(policy, verdict, limits, [v.rule for v in verdicts])
+
+
+def counted_keys(verdict: Verdict) -> tuple[str, ...]:
+    """The rate counters a verdict counted its call under: given back if it never runs."""
+    return tuple(outcome.key for outcome in verdict.limits if outcome.key)
 
 
 def _stricter(decision: Decision, turn: LimitTurn) -> Decision:
     return max(decision, turn, key=DECISIONS.index)
 
 
-def within_limits(policy: Policy, verdict: Verdict, context: LimitContext) -> Verdict:
-    """Check 5: the deciding rule's change window, then its rate (only of a call still not
-    denied, so a refused call is never counted). A deny stays a deny and is not counted."""
-    rule = policy.rule(verdict.rule)
-    if rule is None or rule.limits is None or verdict.decision == "deny":
+def within_limits(
+    policy: Policy, verdict: Verdict, context: LimitContext, rules: Sequence[str | None] = ()
+) -> Verdict:
+    """Check 5: the change windows, then the rates, of every rule that decided a path of the
+    call (``rules``; by default the verdict's own), so a call touching two paths meets the
+    limits of both whichever comes first. A rate is asked only of a call still not denied,
+    and a deny gives back what was counted: a refused call is never counted."""
+    ids = dict.fromkeys(rule for rule in (rules or (verdict.rule,)) if rule)
+    limited = [
+        (rule, rule.limits)
+        for rule in map(policy.rule, ids)
+        if rule is not None and rule.limits is not None
+    ]
+    if not limited or verdict.decision == "deny":
         return verdict
-    limits, why = rule.limits, ""
     decision: Decision = verdict.decision
+    whys: list[str] = []
     outcomes: list[LimitOutcome] = []
-    if limits.window is not None:
+    for rule, limits in limited:
+        if limits.window is None:
+            continue
         inside = limits.window.holds(context.now)
         turned = None if inside else _stricter(decision, limits.outside)
         outcomes.append(LimitOutcome("change_window", rule.id, inside, limits.window.name, turned))
         if turned is not None:
-            why = f"outside the change window of rule {rule.id} ({limits.window.name})"
+            whys.append(f"outside the change window of rule {rule.id} ({limits.window.name})")
             decision = turned
-    if limits.per_minute and decision != "deny" and context.rate_exceeded is None:
-        detail = f"{limits.rate_text}, not counted for this call"
-        outcomes.append(LimitOutcome("rate_limit", rule.id, True, detail))
-    elif limits.per_minute and decision != "deny" and context.rate_exceeded is not None:
+    counted: list[str] = []
+    for rule, limits in limited:
+        if not limits.per_minute or decision == "deny":
+            continue
+        if context.rate_exceeded is None:
+            detail = f"{limits.rate_text}, not counted for this call"
+            outcomes.append(LimitOutcome("rate_limit", rule.id, True, detail))
+            continue
         scope_id = context.scope_ids.get(limits.scope) or "none"
         key = f"rule:{policy.name}:{rule.id}:{limits.scope}:{scope_id}"
-        over = context.rate_exceeded(key, limits.per_minute)
-        turned = _stricter(decision, limits.over) if over else None
-        outcomes.append(LimitOutcome("rate_limit", rule.id, not over, limits.rate_text, turned))
-        if turned is not None:
-            over_why = f"over the rate limit of rule {rule.id} ({limits.rate_text})"
-            why, decision = f"{why}; {over_why}" if why else over_why, turned
-    if not why:
+        if not context.rate_exceeded(key, limits.per_minute):
+            counted.append(key)
+            outcomes.append(LimitOutcome("rate_limit", rule.id, True, limits.rate_text, key=key))
+            continue
+        decision = _stricter(decision, limits.over)
+        outcomes.append(LimitOutcome("rate_limit", rule.id, False, limits.rate_text, decision))
+        whys.append(f"over the rate limit of rule {rule.id} ({limits.rate_text})")
+    if decision == "deny" and counted and context.rate_release is not None:
+        for key in counted:  # refused after all: what the other rates counted goes back
+            context.rate_release(key)
+        outcomes = [replace(outcome, key="") for outcome in outcomes]
+    if not whys:
         return replace(verdict, limits=tuple(outcomes))
     return replace(
         verdict,
         decision=decision,
-        reason=f"{why}; the rule alone: {verdict.decision} ({verdict.reason})",
+        reason=f"{'; '.join(whys)}; the rule alone: {verdict.decision} ({verdict.reason})",
         grant=None,
         limits=tuple(outcomes),
     )

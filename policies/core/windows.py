@@ -4,8 +4,9 @@ weekly freeze, so the three never disagree about when "Friday 18:00 to 08:00" en
 
 A window belongs to the day it starts: ``Fri 18:00–08:00`` holds on Saturday at 07:00 and
 not on Friday at 07:00. ``start == until`` is whole days. An excluded date (a holiday) is a
-local date on which nothing of the window holds, including the hours that spill into it
-from the day before.
+local date on which no window starts: a night window that starts on it holds none of its
+hours, those after midnight included, and one that starts the day before still ends as
+usual.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from functools import cache
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 EVERY_DAY: Final = frozenset(range(7))
@@ -36,15 +38,15 @@ class Weekly:
     def holds(self, now: datetime) -> bool:
         """Whether an aware ``now`` falls inside the window."""
         local = now.astimezone(self.zone)
-        if local.date() in self.excluded:
-            return False
         at, day = local.time().replace(tzinfo=None), local.weekday()
         if self.start < self.until:
-            return day in self.days and self.start <= at < self.until
-        yesterday = (local - timedelta(days=1)).weekday()
-        return (day in self.days and at >= self.start) or (
-            yesterday in self.days and at < self.until
-        )
+            started = local if day in self.days and self.start <= at < self.until else None
+        elif day in self.days and at >= self.start:
+            started = local
+        else:  # the small hours of a window that began the day before
+            yesterday = local - timedelta(days=1)
+            started = yesterday if yesterday.weekday() in self.days and at < self.until else None
+        return started is not None and started.date() not in self.excluded
 
     @property
     def name(self) -> str:
@@ -75,12 +77,23 @@ def days_text(days: Iterable[int]) -> str:
 
 
 def zone_of(name: str) -> ZoneInfo:
+    """A named IANA zone; never ``localtime`` or ``Factory``, which mean whatever the host
+    says (workers on two hosts would disagree on when a window holds)."""
+    problem = f"timezone: {name!r} is not a time zone; use a name such as 'Europe/Paris' or 'UTC'."
+    if name not in _zone_names() or name in _HOST_DEPENDENT:
+        raise WindowError(problem)
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as error:
-        raise WindowError(
-            f"timezone: {name!r} is not a time zone; use a name such as 'Europe/Paris' or 'UTC'."
-        ) from error
+        raise WindowError(problem) from error
+
+
+_HOST_DEPENDENT: Final = frozenset({"localtime", "Factory", "posixrules"})
+
+
+@cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(available_timezones()) | {"UTC"}
 
 
 def days_of(text: str) -> frozenset[int]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import time
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -185,17 +187,24 @@ class McpServer(EvalAware):
             errors["window_days"] = "Give a JSON list of days, 0 (Monday) to 6 (Sunday)."
         else:
             try:
-                self.change_window()
+                self.change_window(strict=True)
             except WindowError as error:
                 errors["window_end"] = str(error)
         if errors:
             raise ValidationError(errors)
 
-    def change_window(self) -> Weekly | None:
-        """The server's change window (UTC), or None when it sets none."""
+    def change_window(self, *, strict: bool = False) -> Weekly | None:
+        """The server's change window (UTC), or None when it sets none. A stored window the
+        form would refuse (from equal to until, saved before the form checked it) is one
+        that never holds: its calls are refused, as they always were, never let through."""
         if not self.window_days and self.window_start is None and self.window_end is None:
             return None
-        return weekly(self.window_days, self.window_start, self.window_end, "UTC")
+        try:
+            return weekly(self.window_days, self.window_start, self.window_end, "UTC")
+        except WindowError:
+            if strict:
+                raise
+            return Weekly(frozenset(), time(0), time(0), ZoneInfo("UTC"))
 
     def as_config(self) -> McpServerConfig:
         return McpServerConfig(

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from approvals.core.fingerprint import fingerprint_changes
 from approvals.core.patch import PatchError, apply_patch
 from approvals.fingerprint import fingerprint_now, fingerprint_recorded, originals_for
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
-from policies.core.permissions import Policy, decide_paths, level_of
+from policies.core.permissions import Policy, Verdict, decide_paths, level_of
 from policies.models import ToolDefinition
 from policies.permissions import policy_for_agent
+from policies.rate_limits import limit_context
 
 from ..approval_outcomes import approval_ask, approval_invalidate
 from ..core import status as run_status
@@ -67,35 +70,55 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
     return _commit_asked(driver, run, paths, policy)
 
 
-def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) -> StageOutcome:
+def _commit_verdicts(
+    run: Run, paths: list[str], policy: Policy, *, counted: bool
+) -> list[Verdict | None]:
+    """Each draft's commit as the policy decides it now, its rule's window and rate
+    included; ``counted``: each commit asked about counts against the rate here, since
+    the approved commit later runs uncounted (a person said yes within the rate)."""
     definition = ToolDefinition.objects.filter(name="commitDraft", enabled=True).first()
-    verdicts = [
-        decide_paths(
-            policy,
-            "commitDraft",
-            level_of(definition.permission_level),
-            "filesystem_write",
-            [p],
-            (),
-        )
-        if definition
-        else None
+    if definition is None:
+        return [None for _ in paths]
+    limits = limit_context(
+        now=timezone.now(),
+        run_id=run.pk,
+        agent_id=run.agent_id,
+        workspace_id=run.workspace_id,
+        counted=counted,
+    )
+    level = level_of(definition.permission_level)
+    return [
+        decide_paths(policy, "commitDraft", level, "filesystem_write", [p], (), limits)
         for p in paths
     ]
-    refused = [
-        (p, v) for p, v in zip(paths, verdicts, strict=True) if v is None or v.decision == "deny"
-    ]
-    if refused:
-        path, verdict = refused[0]
-        why = verdict.reason if verdict else "commitDraft is not an enabled tool"
-        return run_fail(driver.lease, f"committing {path} is refused by policy: {why}")
-    asks = [v for v in verdicts if v is not None and v.decision in ("ask", "ask_strong")]
-    strong = [p for p, v in zip(paths, verdicts, strict=True) if v and v.decision == "ask_strong"]
+
+
+def _commit_refused(
+    driver: Driver, paths: list[str], verdicts: list[Verdict | None]
+) -> StageOutcome | None:
+    for path, verdict in zip(paths, verdicts, strict=True):
+        if verdict is None or verdict.decision == "deny":
+            why = verdict.reason if verdict else "commitDraft is not an enabled tool"
+            return run_fail(driver.lease, f"committing {path} is refused by policy: {why}")
+    return None
+
+
+def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) -> StageOutcome:
+    verdicts = _commit_verdicts(run, paths, policy, counted=False)
+    if refused := _commit_refused(driver, paths, verdicts):
+        return refused
     intake_approval = (run.task or {}).get("approval") or {}
-    if not asks and not intake_approval.get("required"):
+    if not any(v and v.decision in ("ask", "ask_strong") for v in verdicts) and not (
+        intake_approval.get("required")
+    ):
         with fenced(driver.lease):
             run_fields_write(run, stage="commit")
-        return NEXT
+        return NEXT  # each commit counts against the rate when it runs
+    verdicts = _commit_verdicts(run, paths, policy, counted=True)  # a person is asked
+    if refused := _commit_refused(driver, paths, verdicts):
+        return refused
+    asks = [v for v in verdicts if v is not None and v.decision in ("ask", "ask_strong")]
+    strong = [p for p, v in zip(paths, verdicts, strict=True) if v and v.decision == "ask_strong"]
     reason = asks[0].reason if asks else intake_approval.get("reason", "")
     # What the approvers will see, read before the checkpoint's lock.
     fingerprint = fingerprint_now(

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from policies.core.permissions import Grant, LimitContext, Policy
+from policies.core.permissions import Grant, LimitContext, Policy, counted_keys
 from policies.models import ToolDefinition, Workspace
 from policies.permissions import PATH_ARGUMENTS
 from policies.rate_limits import limit_context
@@ -215,11 +215,12 @@ def _builtin(
         limits=limits,
     )
     if isinstance(decided, NeedsApproval):
-        return _asked(record, decided, hold_asks=hold_asks, final=final)
+        return _asked(record, decided, hold_asks=hold_asks, final=final, limits=limits)
     if isinstance(decided, Refused):
         return _refuse(record, decided, final)
     _allow(record, decided)
     if before_run is not None and (halted := before_run(tool, arguments)):
+        _give_back(limits, decided.counted)  # a hook refused it: it used none of a rate
         return _refuse(record, Refused(halted[1], "deny", halted[0][:63]), final)
     drafts = workspace.drafts_path / (str(run.pk) if run else "adhoc")
     drafts.mkdir(parents=True, exist_ok=True)
@@ -295,7 +296,7 @@ def _mcp(
         approved_by=approved_by,
     )
     if isinstance(decided, NeedsApproval):
-        return _asked(record, decided, hold_asks=hold_asks, final=final)
+        return _asked(record, decided, hold_asks=hold_asks, final=final, limits=limits)
     if record.run_id and record.tool_use_id:  # at most once, like the built-in tools
         journal_open(record, definition, fence=final.fence)
     if isinstance(decided, Refused):
@@ -311,9 +312,17 @@ def _mcp(
         return tool_call_record(record, reply)
 
 
-def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool, final: _Final) -> ToolCall:
+def _asked(
+    record: ToolCall,
+    decided: NeedsApproval,
+    *,
+    hold_asks: bool,
+    final: _Final,
+    limits: LimitContext | None = None,
+) -> ToolCall:
     """A call a person must approve: handed back unsaved for the caller to ask one
-    (``hold_asks``), else refused, since nobody is there to ask."""
+    (``hold_asks``), else refused, since nobody is there to ask (and then it gives back
+    what its rule's rate counted: an ask put to nobody uses none of it)."""
     verdict = decided.verdict
     record.path = (decided.paths[0] if decided.paths else "")[:1024]
     record.decision, record.rule, record.reason = (
@@ -325,12 +334,20 @@ def _asked(record: ToolCall, decided: NeedsApproval, *, hold_asks: bool, final: 
     if hold_asks:
         record.status = "ask"
         return record  # unsaved: the caller asks a person
+    if limits is not None:
+        _give_back(limits, counted_keys(verdict))
     reason = f"{verdict.decision}: {verdict.reason}"
     return _refuse(
         record,
         Refused(reason, verdict.decision, verdict.rule or "", record.path, verdict.human_only),
         final,
     )
+
+
+def _give_back(limits: LimitContext, keys: Sequence[str]) -> None:
+    if limits.rate_release is not None:
+        for key in keys:
+            limits.rate_release(key)
 
 
 def _allow(record: ToolCall, allowed: Allowed) -> None:

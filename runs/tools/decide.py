@@ -31,6 +31,7 @@ from policies.core.permissions import (
     Policy,
     SideEffect,
     Verdict,
+    counted_keys,
     decide_paths,
     level_of,
     side_effect_of,
@@ -76,6 +77,7 @@ class Allowed:
     paths: tuple[str, ...]
     human_only: bool = False
     approved_by: Any = None
+    counted: tuple[str, ...] = ()  # the rate counters it was counted under (counted_keys)
 
 
 Decided = Refused | NeedsApproval | Allowed
@@ -147,7 +149,8 @@ def builtin_decide(
     if verdict.decision != "allow":
         reason = f"{verdict.decision}: {verdict.reason}"
         return Refused(reason, verdict.decision, rule, first, verdict.human_only)
-    return Allowed("allow", rule, verdict.reason, tuple(paths), verdict.human_only)
+    counted = counted_keys(verdict)
+    return Allowed("allow", rule, verdict.reason, tuple(paths), verdict.human_only, None, counted)
 
 
 def builtin_of(definition: ToolDefinition) -> str | None:

@@ -25,6 +25,7 @@ from policies.core.permissions import (
     LimitContext,
     Policy,
     Verdict,
+    counted_keys,
     decide_paths,
     level_of,
     side_effect_of,
@@ -33,7 +34,7 @@ from policies.core.permissions import (
 from policies.mcp_servers import errlog, server_parameters, server_root, split_name
 from policies.models import McpServer, ToolDefinition
 from policies.paths import resolve_in_root, tree_entries
-from policies.rate_limits import rate_exceeded
+from policies.rate_limits import rate_exceeded, rate_release
 
 from ..core.intake.boundaries import side_effect_outside
 from .decide import Allowed, NeedsApproval, Refused
@@ -127,6 +128,12 @@ def mcp_decide(
         approved=approved_by is not None,
         boundary=boundary,
     )
+    if refusal is not None and limits is not None and limits.rate_release is not None:
+        for key in counted_keys(decided[0]):  # never run: the rule's rate gets it back
+            limits.rate_release(key)
+    window_refused = refusal is not None and refusal.check == "change_window"
+    if window_refused and config is not None and config.rate_limit_per_minute:
+        rate_release(f"mcp:{server_name}", now)  # its rate counted it before its window
     return server, _outcome(decided[0], refusal, resolved)
 
 
@@ -171,6 +178,11 @@ def _outcome(
         return NeedsApproval(asked, tuple(resolved))
     if refusal is not None and refusal.check == "task_boundary":
         return Refused(f"deny: {refusal.reason}", "deny", "task-boundary", first)
+    turned = [o for o in verdict.limits if o.turned is not None]
+    if refusal is not None and refusal.check == "approval" and turned:
+        # The rule's own window or rate turned the decision, not an approval setting.
+        refused = f"{turned[-1].check}: {verdict.decision}: {verdict.reason}"
+        return Refused(refused, verdict.decision, rule, first, verdict.human_only)
     if refusal is not None:
         refused = f"{refusal.check}: {refusal.reason}"
         decision = "deny" if refusal.check != "approval" else verdict.decision
