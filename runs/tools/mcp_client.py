@@ -128,13 +128,26 @@ def mcp_decide(
         approved=approved_by is not None,
         boundary=boundary,
     )
-    if refusal is not None and limits is not None and limits.rate_release is not None:
-        for key in counted_keys(decided[0]):  # never run: the rule's rate gets it back
-            limits.rate_release(key)
-    window_refused = refusal is not None and refusal.check == "change_window"
-    if window_refused and config is not None and config.rate_limit_per_minute:
-        rate_release(f"mcp:{server_name}", now)  # its rate counted it before its window
+    if refusal is not None:
+        _give_back(refusal, decided[0], limits, config, server_name, now)
     return server, _outcome(decided[0], refusal, resolved)
+
+
+def _give_back(
+    refusal: McpRefusal,
+    verdict: Verdict,
+    limits: LimitContext | None,
+    config: Any,
+    server_name: str,
+    now: datetime,
+) -> None:
+    """A refused call never ran: the rule's rate gets back what it counted, and so does
+    the server's when its window refused a call its rate had counted."""
+    if limits is not None and limits.rate_release is not None:
+        for key in counted_keys(verdict):
+            limits.rate_release(key)
+    if refusal.check == "change_window" and config is not None and config.rate_limit_per_minute:
+        rate_release(f"mcp:{server_name}", now)
 
 
 def _task_boundary(
