@@ -242,9 +242,14 @@ def _decided_message(approval: ApprovalRequest, decision: str) -> str:
             f"Your approval of {what} is recorded: {votes} of "
             f"{approval.required_approvals} approvals."
         )
-    edited = " with your edit" if approval.edited_diff else ""
     verb = "Approved" if decision == "approve" else "Rejected"
-    return f"{verb} {what}{edited}."
+    if approval.edited_diff:  # written only when the run commits: say so, never "applied"
+        return (
+            f"{verb} {what} with your edit. It is written when the run commits, if the files "
+            "are still as you saw them; if another change reached them first, the run asks "
+            "again with your edit rebased onto it."
+        )
+    return f"{verb} {what}."
 
 
 # --- the history ----------------------------------------------------------------------------

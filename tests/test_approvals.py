@@ -30,7 +30,7 @@ from runs.approval_outcomes import approval_decide, approvals_expire_due
 from runs.models import Message, Run, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED, make_user
-from tests.helpers import BROKEN, FIX, drive, driven
+from tests.helpers import BROKEN, FIX, FIXED, drive, driven
 from tests.webhook_sink import WebhookSink
 
 pytestmark = SEEDED
@@ -148,7 +148,9 @@ def test_a_file_changed_between_request_and_approval_invalidates_it_and_asks_aga
         "docs/configuration.md": hashlib.sha256(BROKEN.encode()).hexdigest()
     }
     assert len(approval.digest) == 64 and approval.policy_version is not None
-    meanwhile = BROKEN + "\nAdded by a colleague.\n"
+    # A colleague's line away from the run's change: the draft is rebased onto it (an
+    # adjacent one would conflict and go back to the model: tests/test_rebase.py).
+    meanwhile = "Added by a colleague.\n\n" + BROKEN
     (docs / "configuration.md").write_text(meanwhile)
     approval_decide(approval=approval, user=personas.approver, decision="approve")
     run = drive(run)
@@ -158,7 +160,7 @@ def test_a_file_changed_between_request_and_approval_invalidates_it_and_asks_aga
     assert (docs / "configuration.md").read_text() == meanwhile  # nothing committed
     assert not ToolCall.objects.filter(run=run, tool="commitDraft").exists()
     # Asked again, showing the diff against the file as it is now.
-    assert run.status == "waiting_for_approval"
+    assert run.status == "waiting_for_approval", run.failure_reason
     again = ApprovalRequest.objects.get(run=run, status="pending")
     assert again.pk != approval.pk and "+Added by a colleague." not in again.diff
     assert (
@@ -168,7 +170,7 @@ def test_a_file_changed_between_request_and_approval_invalidates_it_and_asks_aga
     approval_decide(approval=again, user=personas.approver, decision="approve")
     run = drive(run)
     assert run.status == "completed", run.failure_reason
-    assert "getting-started.md" in (docs / "configuration.md").read_text()
+    assert (docs / "configuration.md").read_text() == "Added by a colleague.\n\n" + FIXED
 
 
 def test_a_policy_edit_after_approval_invalidates_a_tool_call_approval(personas, agent, workspace):

@@ -38,6 +38,8 @@ from .checkpoints import (
 )
 from .driver_state import Driver
 from .outcomes import NEXT, StageOutcome, Waits
+from .rebase import drafts_rebase
+from .retry import model_told, turns_left
 
 
 def approval_stage(driver: Driver, run: Run) -> StageOutcome:
@@ -50,12 +52,15 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
         return run_complete(driver.lease, run)
     policy = policy_for_agent(run.agent)
     existing = approval_in_force(run_id=run.pk, kind=ApprovalRequest.Kind.COMMIT)
-    if (
-        existing is not None
-        and existing.status == ApprovalRequest.Status.APPROVED
-        and not approval_holds(driver, run, existing, policy.version, paths=paths)
-    ):
-        existing = None
+    if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
+        held = approval_holds(driver, run, existing, policy.version, paths=paths)
+        if held is not True and held is not False:
+            return held  # back to the model with a conflict, or failed
+        if held is False:
+            existing = None
+            paths = drafts_of(run)  # a rebase may leave a file with nothing to commit
+            if not paths:
+                return run_complete(driver.lease, run)
     if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
         with fenced(driver.lease):
             step = run.steps.filter(name="approval", status="running").last()
@@ -120,6 +125,9 @@ def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) ->
     asks = [v for v in verdicts if v is not None and v.decision in ("ask", "ask_strong")]
     strong = [p for p, v in zip(paths, verdicts, strict=True) if v and v.decision == "ask_strong"]
     reason = asks[0].reason if asks else intake_approval.get("reason", "")
+    rebased = (run.loop or {}).get("rebased", "")
+    if rebased:  # this request is the rebase of an earlier one: its approvers hear so
+        reason = f"{rebased} {reason}".strip()
     # What the approvers will see, read before the checkpoint's lock.
     fingerprint = fingerprint_now(
         run=run,
@@ -144,6 +152,8 @@ def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) ->
         )
         step.output = {"approval": str(approval.pk)}
         step.save(update_fields=["output"])
+        if rebased:
+            run_fields_write(run, loop={k: v for k, v in run.loop.items() if k != "rebased"})
         run_transition(
             run_id=run.pk,
             to=run_status.WAITING_FOR_APPROVAL,
@@ -160,24 +170,37 @@ def approval_holds(
     *,
     paths: list[str] | None = None,
     then: dict[str, Any] | None = None,
-) -> bool:
+) -> bool | StageOutcome:
     """Whether an approval still allows its action: the files, the arguments, the diff and
     the policy version are what its approvers were shown (and, given ``paths``, the set of
     drafts a commit was asked about). One that does not hold is invalidated, saying what
     changed, so the harness asks again — in the same checkpoint as ``then``, the run's
     fields that send it back to asking; nothing is written on a stale approval. An approved
     edit is written into the drafts here, once it is certain the files it was validated
-    against are unchanged."""
+    against are unchanged.
+
+    A commit whose files another run changed meanwhile is rebased onto them
+    (``rebase.py``) and asked again, saying so (False, as for any request asked again); one
+    that does not merge goes back to the model with the conflict, or fails the run with no
+    turn left: that outcome is returned for the caller to return."""
     if paths is not None and approval.paths != paths:
         changes = ["the set of drafts to commit changed since the request"]
     else:
         changes = _changes(run, approval, policy_version)
     if not changes:
         return True
+    rebase = drafts_rebase(run, approval) if approval.policy_version == policy_version else None
     with fenced(driver.lease):
-        approval_invalidate(approval=approval, changes=changes)
-        if then:
+        approval_invalidate(approval=approval, changes=rebase.changes if rebase else changes)
+        if rebase is not None and rebase.conflict and turns_left(run):
+            model_told(driver, run, rebase.conflict, {"rebase": "conflict"})
+            return NEXT
+        if rebase is not None and not rebase.conflict:
+            run_fields_write(run, **(then or {}), loop={**(run.loop or {}), "rebased": rebase.note})
+        elif then:
             run_fields_write(run, **then)
+    if rebase is not None and rebase.conflict:  # and no turn left to resolve it
+        return run_fail(driver.lease, rebase.conflict)
     return False
 
 

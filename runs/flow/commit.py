@@ -25,12 +25,10 @@ def commit_stage(driver: Driver, run: Run) -> StageOutcome:
     started = ToolCall.objects.filter(run=run, tool_use_id__startswith="commit:").exists()
     # The files, the drafts or the policy changed since the person saw them: ask again.
     version = policy_for_agent(run.agent).version
-    if (
-        approval is not None
-        and not started
-        and not approval_holds(driver, run, approval, version, then={"stage": "approval"})
-    ):
-        return NEXT
+    if approval is not None and not started:
+        held = approval_holds(driver, run, approval, version, then={"stage": "approval"})
+        if held is not True:
+            return NEXT if held is False else held
     with fenced(driver.lease):
         step = step_begin(run, "commit", {"paths": paths})
     committed = []

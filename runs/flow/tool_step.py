@@ -203,7 +203,7 @@ def _approval_for(
     )
     if approval is None or approval.status != ApprovalRequest.Status.APPROVED:
         return None
-    return approval if approval_holds(driver, run, approval, policy_version) else None
+    return approval if approval_holds(driver, run, approval, policy_version) is True else None
 
 
 def _runs_as(tool: str) -> str:

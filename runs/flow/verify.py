@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..conversation import message_append
-from ..core import loop
-from ..core import status as run_status
 from ..leases import fenced
-from ..lifecycle import run_transition
 from ..models import Run
 from .checkpoints import drafts_of, run_fail, run_fields_write, step_begin, step_end
 from .driver_state import Driver
 from .harness_calls import harness_call, path_id
 from .outcomes import NEXT, StageOutcome
+from .retry import model_told, turns_left
 
 MAX_VERIFY_ROUNDS = 2
 
@@ -37,7 +34,7 @@ def verify_stage(driver: Driver, run: Run) -> StageOutcome:
             output=verification,
             input_artifacts=drafts,
         )
-        if problems and rounds < MAX_VERIFY_ROUNDS and _can_retry(run):
+        if problems and rounds < MAX_VERIFY_ROUNDS and turns_left(run):
             _retry(driver, run, data, problems, rounds)
             return NEXT
         if not problems:
@@ -75,21 +72,7 @@ def _retry(
 ) -> None:
     """Local autonomy: the model hears what failed and gets another turn to fix it. Inside
     the caller's checkpoint."""
-    state = loop.state_from_json(data["state"])
     text = "Verification found problems in your drafts; fix them:\n" + "\n".join(
         f"- {p['path']}: {p.get('message', p)}" for p in problems[:20]
     )
-    message_append(run=run, role="user", kind="text", content=text, turn=state.turn)
-    retry = loop.LoopState(phase=loop.REQUEST, turn=state.turn + 1, max_turns=state.max_turns)
-    run_fields_write(
-        run,
-        stage="synthesize",
-        loop={**data, "state": loop.state_to_json(retry), "verify_rounds": rounds},
-    )
-    driver.rows = []
-    run_transition(run_id=run.pk, to=run_status.RUNNING, detail={"verification": "fail"})
-
-
-def _can_retry(run: Run) -> bool:
-    state = loop.state_from_json((run.loop or {})["state"])
-    return state.turn < state.max_turns
+    model_told(driver, run, text, {"verification": "fail"}, verify_rounds=rounds)
