@@ -32,7 +32,7 @@ from policies.core.windows import Weekly, WindowError, dates_of, days_of, days_t
 from policies.mcp_servers import mcp_discover
 from policies.models import McpServer, PolicyRule
 from policies.models import Policy as PolicyRow
-from policies.permissions import policy_for_agent
+from policies.permissions import policy_from_row
 from policies.rate_limits import rate_exceeded
 from runs.models import ToolCall
 from runs.services import run_create
@@ -317,7 +317,7 @@ def stored_policy(name, decision="allow", **limits) -> Policy:
         policy=row, order=10, key="drafts", tool="createDraft", decision=decision, **limits
     )
     PolicyRule.objects.create(policy=row, order=20, key="reads", tool="*", decision="allow")
-    return policy_for_agent(type("A", (), {"policy_id": row.pk})())
+    return policy_from_row(row)
 
 
 def around_today() -> str:
@@ -392,34 +392,30 @@ def notes(workspace):
     return server
 
 
+def read_note(workspace, notes, policy):
+    return tool_call_run(
+        workspace=workspace,
+        tool=f"mcp:{notes.name}:read_note",
+        arguments={"path": "notes/a.md"},
+        policy=policy,
+    )
+
+
 @pytest.mark.django_db
 def test_an_mcp_tool_has_the_same_window_and_rate_as_a_built_in_one(workspace, notes):
     row = PolicyRow.objects.create(name=f"mcp-{uuid.uuid4().hex[:6]}", ceiling="L3")
     PolicyRule.objects.create(
         policy=row, order=10, key="notes", tool="mcp:*", decision="allow", rate_limit=1
     )
-    policy = policy_for_agent(type("A", (), {"policy_id": row.pk})())
+    policy = policy_from_row(row)
 
-    def read():
-        return tool_call_run(
-            workspace=workspace,
-            tool=f"mcp:{notes.name}:read_note",
-            arguments={"path": "notes/a.md"},
-            policy=policy,
-        )
-
-    assert read().status == "ok"
-    second = read()
+    assert read_note(workspace, notes, policy).status == "ok"
+    second = read_note(workspace, notes, policy)
     assert second.status == "refused"
     assert "over the rate limit of rule notes (1 call a minute per run)" in second.error
     PolicyRule.objects.filter(policy=row).update(rate_limit=0, window_excluded=around_today())
-    closed = policy_for_agent(type("A", (), {"policy_id": row.pk})())
-    record = tool_call_run(
-        workspace=workspace,
-        tool=f"mcp:{notes.name}:read_note",
-        arguments={"path": "notes/a.md"},
-        policy=closed,
-    )
+    closed = policy_from_row(row)
+    record = read_note(workspace, notes, closed)
     assert record.status == "refused" and "outside the change window of rule notes" in record.error
 
 
@@ -503,7 +499,7 @@ def test_the_simulator_replays_recent_calls_against_an_edited_window_and_rate(
     PolicyRule.objects.create(
         policy=policy, order=10, key="drafts", tool="createDraft", decision="allow"
     )
-    saved = policy_for_agent(type("A", (), {"policy_id": policy.pk})())
+    saved = policy_from_row(policy)
     for _ in range(3):
         assert draft(workspace, saved, run).status == "ok"
     rule = policy.rules.get()
@@ -579,7 +575,7 @@ def test_a_stored_window_the_admin_never_saw_fails_the_policy_closed_naming_the_
     PolicyRule.objects.create(policy=row, order=10, key="drafts", tool="*", decision="allow")
     PolicyRule.objects.filter(policy=row).update(window_timezone="Nowhere/Zone", window_days="x")
     with pytest.raises(PolicyError, match="Rule drafts: days: 'x' is not a day"):
-        policy_for_agent(type("A", (), {"policy_id": row.pk})())
+        policy_from_row(row)
 
 
 @EVERYWHERE
@@ -686,11 +682,7 @@ def test_a_call_a_hook_refuses_gives_its_rate_back(workspace):
 
 @pytest.mark.django_db
 def test_an_ask_nobody_is_there_to_answer_gives_its_rate_back(workspace):
-    policy = stored_policy("asked", rate_limit=1, rate_scope="workspace")
-    PolicyRule.objects.filter(key="drafts", policy__name=policy.name).update(decision="ask")
-    policy = policy_for_agent(
-        type("A", (), {"policy_id": PolicyRow.objects.get(name=policy.name).pk})()
-    )
+    policy = stored_policy("asked", "ask", rate_limit=1, rate_scope="workspace")
     for _ in range(2):
         refused = draft(workspace, policy)  # no person to ask: refused
         assert refused.status == "refused" and refused.decision == "ask"
@@ -704,24 +696,20 @@ def test_mcp_calls_refused_by_the_server_s_window_use_no_rate(workspace, notes):
     PolicyRule.objects.create(
         policy=row, order=10, key="notes", tool="mcp:*", decision="allow", rate_limit=1
     )
-    policy = policy_for_agent(type("A", (), {"policy_id": row.pk})())
+    policy = policy_from_row(row)
     notes.rate_limit_per_minute = 1
     notes.window_days = [(timezone.now().weekday() + 3) % 7]
     notes.save()
 
-    def read():
-        return tool_call_run(
-            workspace=workspace,
-            tool=f"mcp:{notes.name}:read_note",
-            arguments={"path": "notes/a.md"},
-            policy=policy,
-        )
-
     for _ in range(3):
-        assert read().error.startswith("change_window: outside the change window")
+        assert read_note(workspace, notes, policy).error.startswith(
+            "change_window: outside the change window"
+        )
     notes.window_days = []
     notes.save()
-    assert read().status == "ok"  # neither the rule's rate nor the server's was used up
+    assert (
+        read_note(workspace, notes, policy).status == "ok"
+    )  # neither the rule's rate nor the server's was used up
 
 
 @pytest.mark.django_db
