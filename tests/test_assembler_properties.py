@@ -257,8 +257,27 @@ def test_the_unit_an_offset_falls_in_is_found_alike_guessed_or_walked(unit_texts
         starts.append(position)
         position += len(text) + len(UNIT_SEPARATOR)
     expected = max(i for i, start in enumerate(starts) if start <= offset)
-    for found in (
+    for index, start, head in (
         _unit_at(unit_texts, offset),
         _unit_at(unit_texts, offset, _joined_length, len(joined)),
     ):
-        assert found == (expected, starts[expected])
+        assert (index, start) == (expected, starts[expected])
+        assert joined.startswith(head)  # what it built is the text's own prefix
+
+
+def test_a_layer_result_built_at_the_floor_is_the_one_its_constructor_gives():
+    """``_built`` fills an instance in one step; it must leave exactly the state
+    ``__init__`` does, field for field, or a field added later would go missing."""
+    from dataclasses import fields
+
+    from policies.core.assembler import Assembly, LayerResult, _built, _Plan
+
+    values = {
+        f.name: (f"value of {f.name}" if f.type == "str" else object()) for f in fields(LayerResult)
+    }
+    values["_plan"] = _Plan("text")
+    assert vars(_built(LayerResult, **values)) == vars(LayerResult(**values))
+    # and the assembler names every field when it builds one
+    built = assemble([Layer("rules", "drop_whole_units", 1, (Unit("r", "x" * 9),))], ByteEstimate())
+    assert {f.name for f in fields(LayerResult)} <= set(vars(built.layers[0]))
+    assert {f.name for f in fields(Assembly)} == set(vars(built))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, repeat
 from operator import add, attrgetter
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, NamedTuple, get_args
 
 from .tokenizer import Tokenizer
 
@@ -110,9 +110,11 @@ class Dropped:
     path: str = ""
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What a strategy decided, by unit index; records are built only when someone looks."""
+class _Plan(NamedTuple):
+    """What a strategy decided, by unit index; records are built only when someone looks.
+
+    A named tuple, not a frozen dataclass: as immutable, and built in a third of the time,
+    which counts at the assembly floor (issue 20) where one is built per layer."""
 
     text: str
     kept: Sequence[int] = ()
@@ -198,6 +200,17 @@ class LayerResult:
         return hash((self.name, self.position, self.text))
 
 
+def _built[T](cls: type[T], **fields: Any) -> T:
+    """The instance ``cls(**fields)`` gives, every field named, filled in one step: a
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, which
+    for a result's thirteen fields is most of an assembly's cost over the join floor at
+    1,000 units (issue 20). For classes without ``__post_init__``; the assembler's tests
+    check the two agree."""
+    result = object.__new__(cls)
+    result.__dict__.update(fields)
+    return result
+
+
 @dataclass(frozen=True)
 class Assembly:
     layers: tuple[LayerResult, ...]
@@ -212,14 +225,13 @@ class Assembly:
 def assemble(layers: Sequence[Layer], tokenizer: Tokenizer) -> Assembly:
     """Fit each layer into its budget and join the survivors into the prompt."""
     names = [layer.name for layer in layers]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
+    if len(set(names)) != len(names):
+        duplicates = sorted({name for name in names if names.count(name) > 1})
         raise ValueError(f"Duplicate layer {', '.join(map(repr, duplicates))}.")
-    results = tuple(
-        _fit(layer, position, tokenizer) for position, layer in enumerate(layers, start=1)
-    )
-    prompt = LAYER_SEPARATOR.join(result.text for result in results if result.text)
-    return Assembly(
+    results = tuple([_fit(layer, position, tokenizer) for position, layer in enumerate(layers, 1)])
+    prompt = LAYER_SEPARATOR.join([result.text for result in results if result.text])
+    return _built(
+        Assembly,
         layers=results,
         prompt=prompt,
         tokens=tokenizer.count(prompt),
@@ -238,7 +250,8 @@ def _fit(layer: Layer, position: int, tokenizer: Tokenizer) -> LayerResult:
         plan = _truncate_tail(texts, layer.budget, tokenizer)
     else:
         plan = _keep_or_drop(texts, layer.budget, tokenizer)
-    return LayerResult(
+    return _built(
+        LayerResult,
         name=layer.name,
         position=position,
         strategy=layer.strategy,
@@ -335,9 +348,11 @@ def _drop_head_by_estimate(texts: Sequence[str], joined: str, room: int, over: s
     than a few units off (uneven units: the strides of :func:`_drop_head_by_length` find
     it) or the unit the boundary stops at is larger than the room."""
     separator, count = len(UNIT_SEPARATOR), len(texts)
-    first = max(0, min(count, count - int(room * count / (len(joined) + separator))))
-    measure = _span_measure(len(joined), count)
-    used = measure(texts[first:]) + separator * (count - first) - separator
+    guess = first = max(0, min(count, count - int(room * count / (len(joined) + separator))))
+    # The guessed tail is built and measured in one pass: when the guess is right (units of
+    # even length) it is the text, and nothing else is measured or copied.
+    text = UNIT_SEPARATOR.join(texts[first:])
+    used = len(text) if first < count else -separator
     for _ in range(_WALK):
         if used > room and first < count:  # one too many: drop the head of the tail
             used, first = used - len(texts[first]) - separator, first + 1
@@ -349,7 +364,8 @@ def _drop_head_by_estimate(texts: Sequence[str], joined: str, room: int, over: s
         return None
     if first > 0 and len(texts[first - 1]) > room:
         return None
-    text = joined[len(joined) - used :] if first < count else ""
+    if first != guess:
+        text = joined[len(joined) - used :] if first < count else ""
     return _Plan(text, range(first, count), ((range(first), over),), by_size=room)
 
 
@@ -470,12 +486,15 @@ def _truncate_tail(texts: Sequence[str], budget: int, tokenizer: Tokenizer) -> _
         return _Plan("", (), ((range(len(texts)), REASON_NO_ROOM),))
     cut = _longest_prefix(text, budget, tokenizer)
     # The unit the cut falls in (or, if it falls in a separator, the unit before it).
-    index, start = _unit_at(texts, cut, _span_measure(len(text), len(texts)), len(text))
+    # ``kept`` starts as the prefix of the text that finding the unit built, if it did.
+    index, start, kept = _unit_at(texts, cut, _span_measure(len(text), len(texts)), len(text))
     whole = cut >= start + len(texts[index])
     first_dropped = index + 1 if (whole or cut > start) else index  # nothing of it kept
     cut_index = None if whole or cut == start else index
-    kept = text[:cut]
-    kept += TRUNCATION_MARKER  # in place: the prefix is copied once
+    if len(kept) > cut:
+        kept = text[:cut]
+    kept += text[len(kept) : cut]  # in place, as the marker is: the prefix is copied once
+    kept += TRUNCATION_MARKER
     return _Plan(
         kept,
         range(first_dropped),
@@ -491,16 +510,24 @@ def _unit_at(
     offset: int,
     measure: Callable[[Sequence[str]], int] = _summed_lengths,
     length: int = 0,
-) -> tuple[int, int]:
+) -> tuple[int, int, str]:
     """The index and start of the last unit starting at or before ``offset`` of the joined
     text: guessed from the mean unit length and walked a unit at a time when units are of
     even length, else walked from the head in chunks summed in C; either way only the
-    units before the offset are measured. ``length``: that of the joined text, if known."""
+    units before the offset are measured. ``length``: that of the joined text, if known.
+
+    Third, a prefix of the joined text that measuring built (the units before the guess,
+    joined, when ``measure`` joins), which a caller cutting the text there extends instead
+    of copying the text again; "" when none was built."""
     separator, count = len(UNIT_SEPARATOR), len(texts)
     if length and count > _UNIT_CHUNK:
         mean = (length + separator) / count
         index = min(count - 1, int(offset / mean))
-        position = measure(texts[:index]) + separator * index
+        if measure is _joined_length:
+            head = UNIT_SEPARATOR.join(texts[:index])
+            position = len(head) + separator if index else 0
+        else:
+            head, position = "", measure(texts[:index]) + separator * index
         for _ in range(_WALK):
             if position > offset and index > 0:
                 index -= 1
@@ -509,7 +536,7 @@ def _unit_at(
                 position += len(texts[index]) + separator
                 index += 1
             else:
-                return index, position
+                return index, position, head
     index, position = 0, 0  # the start of unit ``index``
     while True:
         chunk = texts[index : index + _UNIT_CHUNK]
@@ -520,7 +547,7 @@ def _unit_at(
     # Starts of the chunk's units after its first: bisect for the last one ≤ offset.
     starts = list(accumulate(map(add, map(len, chunk), repeat(separator)), initial=position))
     within = bisect_right(starts, offset, hi=len(chunk)) - 1
-    return index + within, starts[within]
+    return index + within, starts[within], ""
 
 
 _UNIT_CHUNK = 64
