@@ -27,6 +27,7 @@ from .core.permissions import (
     side_effect_of,
     within_limits,
 )
+from .core.policy_digest import decision_digest
 from .core.tool_specs import BUILTIN_TOOLS
 from .core.windows import WindowError
 from .models import Policy as PolicyRow
@@ -91,8 +92,31 @@ def policy_for_agent(agent: Any) -> Policy:
     return Policy(name, level_of(ceiling), rules, version)
 
 
+def policy_decision_digest(row: PolicyRow) -> str:
+    """The digest of what the stored policy decides (``core.policy_digest``); a policy whose
+    rules cannot be read has none that an edit could keep ("")."""
+    try:
+        stored = PolicyRow.objects.get(pk=row.pk)  # as saved, not as a form has it in hand
+        policy = policy_from_row(stored)
+    except (PolicyError, PolicyRow.DoesNotExist):
+        return ""
+    return decision_digest(policy, approvals_required=stored.l3_approvals_required)
+
+
+def policy_record_edit(*, policy: PolicyRow, before: str) -> bool:
+    """After an edit of a policy or its rules, saved: a new version (which approvals bind
+    to, B16) only when what it decides changed from ``before`` (its digest read before the
+    save); an edit of wording or of the order of rules that never meet keeps the version,
+    so no pending request is invalidated for it. True when the version moved."""
+    if before and policy_decision_digest(policy) == before:
+        return False
+    policy_bump_version(policy=policy)
+    return True
+
+
 def policy_bump_version(*, policy: PolicyRow) -> None:
-    """Any edit of a policy or its rules makes a new version; decisions record which."""
+    """A new version, which decisions record and approvals bind to, marked on the
+    dashboards' time axis (PolicyChange)."""
     with transaction.atomic():
         PolicyRow.objects.filter(pk=policy.pk).update(version=F("version") + 1)
         policy.refresh_from_db(fields=["version"])

@@ -1,5 +1,6 @@
-"""What a policy edit would change (SPEC P6): recent recorded calls decided again under the
-edited policy, before it is saved."""
+"""What a policy edit would change (SPEC P6, B16): recent recorded calls decided again under
+the edited policy, and the pending requests a new version would invalidate, before it is
+saved."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Q
+
+from approvals.models import ApprovalRequest
 from runs.models import ToolCall
 
+from .core.default_policy import DEFAULT_POLICY_NAME
 from .core.permissions import LimitContext, Policy, decide_paths, level_of, side_effect_of
+from .models import Policy as PolicyRow
 from .models import ToolDefinition
 from .rate_limits import sliding_count
 
@@ -109,3 +115,22 @@ def policy_edit_effect(
                 )
             )
     return looked, changed[::-1]
+
+
+PENDING_SHOWN = 50
+
+
+def pending_bound(row: PolicyRow) -> tuple[int, list[ApprovalRequest]]:
+    """(how many, the oldest few) of the pending requests bound to this policy's version:
+    those a saved edit that changes a decision invalidates and asks again (B16). A request
+    is bound to the policy of its run's agent, the default one for an agent with none."""
+    governed = Q(run__agent__policy=row)
+    if row.name == DEFAULT_POLICY_NAME:
+        governed |= Q(run__agent__policy__isnull=True)
+    pending = (
+        ApprovalRequest.objects.without_evals()
+        .filter(governed, status=ApprovalRequest.Status.PENDING, policy_version__isnull=False)
+        .select_related("run")
+        .order_by("requested_at")
+    )
+    return pending.count(), list(pending[:PENDING_SHOWN])

@@ -22,6 +22,7 @@ from harness_console.web.admin import HidesEvalRows
 from ..core.paths import PathRefused
 from ..core.permissions import LimitContext, PolicyError
 from ..core.permissions import Policy as CorePolicy
+from ..core.policy_digest import decision_digest
 from ..core.tool_specs import BUILTIN_TOOLS
 from ..mcp_servers import mcp_discover
 from ..models import (
@@ -33,11 +34,12 @@ from ..models import (
 from ..permissions import (
     parse_arguments,
     permission_check,
-    policy_bump_version,
+    policy_decision_digest,
     policy_from_row,
+    policy_record_edit,
     verdict_report,
 )
-from ..simulation import policy_edit_effect
+from ..simulation import pending_bound, policy_edit_effect
 
 
 class PolicyRuleInline(admin.StackedInline):
@@ -98,6 +100,9 @@ class PolicyTestForm(forms.Form):
         return LimitContext(at, {}, exceeded)
 
 
+_DECIDED_BEFORE = "_harness_decided_before"
+
+
 @admin.register(Policy)
 class PolicyAdmin(HidesEvalRows):
     change_form_template = "admin/policies/policy_change_form.html"
@@ -127,10 +132,23 @@ class PolicyAdmin(HidesEvalRows):
             reverse("admin:policies_policy_test", args=[obj.pk]),
         )
 
+    def save_model(self, request: HttpRequest, obj: Policy, form: Any, change: bool) -> None:
+        # What the policy decided before this save, for ``save_related`` to compare; kept
+        # on the instance (the admin object is shared by every request).
+        setattr(obj, _DECIDED_BEFORE, policy_decision_digest(obj) if change else "")
+        super().save_model(request, obj, form, change)
+
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         if change and (form.has_changed() or any(f.has_changed() for f in formsets)):
-            policy_bump_version(policy=form.instance)
+            before = getattr(form.instance, _DECIDED_BEFORE, "")
+            moved = policy_record_edit(policy=form.instance, before=before)
+            if not moved:
+                messages.info(
+                    request,
+                    f"This edit changes no decision: {form.instance.name} stays at version "
+                    f"{form.instance.version}, and no pending request is invalidated.",
+                )
 
     def changeform_view(
         self,
@@ -141,6 +159,10 @@ class PolicyAdmin(HidesEvalRows):
     ) -> HttpResponse:
         if request.method == "POST" and "_simulate" in request.POST and object_id:
             return self.simulate_view(request, object_id)
+        row = self.get_object(request, object_id) if object_id else None
+        if row is not None:
+            count, _ = pending_bound(row)
+            extra_context = {**(extra_context or {}), "pending_bound_count": count}
         return super().changeform_view(request, object_id, form_url, extra_context)
 
     def simulate_view(self, request: HttpRequest, object_id: Any) -> HttpResponse:
@@ -176,6 +198,11 @@ class PolicyAdmin(HidesEvalRows):
             context["looked"], context["changed"] = policy_edit_effect(
                 current=current, edited=edited
             )
+            required = form.cleaned_data["l3_approvals_required"]
+            context["decides_alike"] = policy_decision_digest(row) == decision_digest(
+                edited, approvals_required=required
+            )
+            context["pending_count"], context["pending"] = pending_bound(row)
         else:
             context["error"] = "The edit has errors; go back to the form and fix them first."
         return TemplateResponse(request, "admin/policies/policy_simulation.html", context)

@@ -23,8 +23,9 @@ from .eval_traffic import EvalAware
 
 
 class Policy(EvalAware):
-    """A permission policy: a level ceiling and ordered rules (SPEC P1, P2). Every save bumps
-    the version, which each recorded decision keeps."""
+    """A permission policy: a level ceiling and ordered rules (SPEC P1, P2). An edit that
+    changes what it decides bumps the version, which each recorded decision and pending
+    approval keeps (``permissions.policy_record_edit``)."""
 
     name = models.SlugField(max_length=63, unique=True)
     description = models.CharField(max_length=300, blank=True)

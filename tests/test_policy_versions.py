@@ -1,0 +1,270 @@
+"""A policy's version moves only when what it decides moves (issue 18 point 5, B16): an edit
+of wording or of the order of rules that never meet keeps the version approvals bind to,
+so no pending request is invalidated for it; the edit page says which would be."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from django.urls import reverse
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from approvals.models import ApprovalRequest
+from policies.core.permissions import Call, Policy, Rule, RuleLimits, decide
+from policies.core.policy_digest import decision_digest
+from policies.core.windows import weekly
+from policies.models import Policy as PolicyRow
+from policies.models import PolicyChange, PolicyRule
+from runs.approval_outcomes import approval_decide
+from tests.conftest import EVERYWHERE
+from tests.helpers import drive
+from tests.test_approvals import waiting_delete
+
+
+def digest(*rules: Rule, ceiling="L3", required=1) -> str:
+    return decision_digest(Policy("p", ceiling, rules), approvals_required=required)
+
+
+READ = Rule("read", "readSource", "allow", "docs/**", "reading docs is fine")
+WRITE = Rule("write", "createDraft", "ask", "docs/**", "a person looks at drafts")
+EVERYTHING = Rule("any", "*", "ask", "", "ask about anything else")
+SECRETS = Rule("secrets", "*", "deny", "secrets/**", "never")
+SHELL = Rule("shell", "runShell", "deny", "", "no shell")
+
+
+def test_wording_and_names_do_not_change_what_a_policy_decides():
+    before = digest(READ, WRITE, SECRETS)
+    reworded = (
+        Rule("reads", "readSource", "allow", "docs/**", "other words"),
+        Rule("drafts", "createDraft", "ask", "docs/**", ""),
+        Rule("no-secrets", "*", "deny", "secrets/**", "not ever"),
+    )
+    assert digest(*reworded) == before
+
+
+def test_rules_that_never_meet_trade_places_freely():
+    assert digest(READ, WRITE) == digest(WRITE, READ)  # two tools, no call matches both
+    a = Rule("a", "createDraft", "allow", "docs/a.md")
+    b = Rule("b", "createDraft", "ask", "docs/b.md")
+    assert digest(a, b, EVERYTHING) == digest(b, a, EVERYTHING)  # two literal paths
+    # Denies win wherever they stand: their order never matters.
+    assert digest(SECRETS, READ, SHELL) == digest(READ, SHELL, SECRETS)
+
+
+def test_rules_that_meet_and_decide_apart_keep_their_order():
+    assert digest(READ, EVERYTHING) != digest(EVERYTHING, READ)  # readSource docs/x: allow/ask
+    glob = Rule("md", "createDraft", "allow", "docs/*.md")
+    literal = Rule("one", "createDraft", "ask", "docs/a.md")
+    assert digest(glob, literal) != digest(literal, glob)  # the glob matches the literal
+    # Two globs are taken to meet (a version too many, never one too few).
+    other = Rule("guide", "createDraft", "ask", "docs/guide*")
+    assert digest(glob, other) != digest(other, glob)
+
+
+def test_rules_that_decide_alike_trade_places_even_when_they_meet():
+    first = Rule("a", "*", "ask", "")
+    second = Rule("b", "readSource", "ask", "docs/**", "same decision")
+    assert digest(first, second) == digest(second, first)
+
+
+@pytest.mark.parametrize(
+    "edited",
+    [
+        pytest.param((Rule("read", "readSource", "ask", "docs/**"), WRITE), id="decision"),
+        pytest.param((Rule("read", "readSource", "allow", "docs/*.md"), WRITE), id="path"),
+        pytest.param((Rule("read", "readS*", "allow", "docs/**"), WRITE), id="tool"),
+        pytest.param((READ,), id="a rule removed"),
+        pytest.param((READ, WRITE, SHELL), id="a rule added"),
+        pytest.param(
+            (
+                Rule(
+                    "read",
+                    "readSource",
+                    "allow",
+                    "docs/**",
+                    limits=RuleLimits(per_minute=5),
+                ),
+                WRITE,
+            ),
+            id="a rate limit",
+        ),
+        pytest.param(
+            (
+                Rule(
+                    "read",
+                    "readSource",
+                    "allow",
+                    "docs/**",
+                    limits=RuleLimits(weekly({0, 1, 2, 3, 4}, None, None, "UTC")),
+                ),
+                WRITE,
+            ),
+            id="a change window",
+        ),
+    ],
+)
+def test_every_change_of_what_decides_is_a_new_digest(edited):
+    assert digest(*edited) != digest(READ, WRITE)
+
+
+def test_the_ceiling_and_the_approvers_needed_are_part_of_what_decides():
+    assert digest(READ, ceiling="L2") != digest(READ, ceiling="L3")
+    assert digest(READ, required=2) != digest(READ, required=1)
+
+
+def test_a_rate_counter_is_kept_by_rule_name_so_renaming_a_rated_rule_is_a_change():
+    rated = RuleLimits(per_minute=5)
+    assert digest(Rule("a", "readSource", "allow", limits=rated)) != digest(
+        Rule("b", "readSource", "allow", limits=rated)
+    )
+    # A deny cannot turn stricter: its limits decide nothing.
+    assert digest(Rule("s", "runShell", "deny", limits=rated)) == digest(SHELL)
+
+
+TOOLS = ["readSource", "createDraft", "deleteFile"]
+PATHS = [None, "docs/a.md", "docs/b.md", "docs/guide.md", "src/app.py", "secrets/key.txt"]
+rules = st.builds(
+    Rule,
+    id=st.sampled_from(["r1", "r2", "r3"]),
+    tool=st.sampled_from([*TOOLS, "*", "{readSource,createDraft}", "read*"]),
+    decision=st.sampled_from(["allow", "ask", "ask_strong", "deny"]),
+    path=st.sampled_from(["", "docs/a.md", "docs/b.md", "docs/**", "docs/*.md", "src/**"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(rules, min_size=1, max_size=6), st.randoms(use_true_random=False))
+def test_two_orders_with_one_digest_decide_every_call_alike(listed, random):
+    """The digest's promise, tried: whenever a shuffled policy has the same digest, every
+    call over these tools and paths gets the same decision from both."""
+    shuffled = list(listed)
+    random.shuffle(shuffled)
+    one, other = Policy("p", "L3", tuple(listed)), Policy("p", "L3", tuple(shuffled))
+    if decision_digest(one) != decision_digest(other):
+        return
+    for tool, path in itertools.product(TOOLS, PATHS):
+        call = Call(tool, "L2", path=path)
+        assert decide(one, call).decision == decide(other, call).decision, (tool, path)
+
+
+# --- through the admin ---------------------------------------------------------------------
+
+
+def edit_form(policy: PolicyRow, **changed_reasons: str) -> dict:
+    """The change form as the admin posts it for the stored rules, with some reasons
+    reworded (by rule key), or with ``decision:<key>`` set to a new decision."""
+    data = {
+        "name": policy.name,
+        "description": policy.description,
+        "ceiling": policy.ceiling,
+        "approval_expiry_minutes": policy.approval_expiry_minutes,
+        "approval_reminder_minutes": policy.approval_reminder_minutes,
+        "l3_approvals_required": policy.l3_approvals_required,
+    }
+    stored = list(policy.rules.order_by("order", "id"))
+    data |= {"rules-TOTAL_FORMS": len(stored), "rules-INITIAL_FORMS": len(stored)}
+    for i, rule in enumerate(stored):
+        fields = {
+            "id": rule.pk,
+            "policy": policy.pk,
+            "order": rule.order,
+            "key": rule.key,
+            "tool": rule.tool,
+            "path": rule.path,
+            "decision": changed_reasons.get(f"decision:{rule.key}", rule.decision),
+            "reason": changed_reasons.get(rule.key, rule.reason),
+            "window_days": rule.window_days,
+            "window_start": rule.window_start or "",
+            "window_end": rule.window_end or "",
+            "window_timezone": rule.window_timezone,
+            "window_excluded": rule.window_excluded,
+            "outside_window": rule.outside_window,
+            "rate_limit": rule.rate_limit,
+            "rate_scope": rule.rate_scope,
+            "over_rate": rule.over_rate,
+        }
+        data.update({f"rules-{i}-{name}": value for name, value in fields.items()})
+    return data
+
+
+@pytest.fixture
+def team(db):
+    policy = PolicyRow.objects.create(name="team", ceiling="L3")
+    PolicyRule.objects.create(
+        policy=policy, order=10, key="read", tool="readSource", decision="allow"
+    )
+    PolicyRule.objects.create(
+        policy=policy, order=20, key="drafts", tool="createDraft", decision="ask", reason="look"
+    )
+    return policy
+
+
+def test_a_wording_edit_in_the_admin_keeps_the_version(admin_client, team):
+    url = reverse("admin:policies_policy_change", args=[team.pk])
+    response = admin_client.post(
+        url, edit_form(team, drafts="a person reads every draft"), follow=True
+    )
+    assert "This edit changes no decision: team stays at version 1" in response.content.decode()
+    team.refresh_from_db()
+    assert team.version == 1 and not PolicyChange.objects.filter(policy=team).exists()
+    assert team.rules.get(key="drafts").reason == "a person reads every draft"  # saved all the same
+    # Moving an ask to an allow is a decision: a new version, marked on the dashboards.
+    response = admin_client.post(url, edit_form(team, **{"decision:drafts": "allow"}))
+    assert response.status_code == 302
+    team.refresh_from_db()
+    assert team.version == 2
+    assert list(PolicyChange.objects.filter(policy=team).values_list("version", flat=True)) == [2]
+
+
+def test_swapping_the_order_of_two_rules_for_other_tools_keeps_the_version(admin_client, team):
+    data = edit_form(team)
+    data["rules-0-order"], data["rules-1-order"] = 20, 10
+    admin_client.post(reverse("admin:policies_policy_change", args=[team.pk]), data)
+    team.refresh_from_db()
+    assert team.version == 1
+    assert list(team.rules.order_by("order").values_list("key", flat=True)) == ["drafts", "read"]
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_a_wording_edit_leaves_a_pending_request_valid_and_a_decision_edit_does_not(
+    admin_client, personas, agent, workspace
+):
+    """A delete waits on the default policy; its rules are reworded in the admin: the
+    preview says nothing is invalidated, the request stays current and, approved, commits.
+    A second edit that changes a decision is previewed as invalidating it, by name."""
+    run, approval = waiting_delete(personas, agent, workspace)
+    default = PolicyRow.objects.get(name="default")
+    url = reverse("admin:policies_policy_change", args=[default.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'id="policy-pending-bound"' in page and "1 pending request is bound to version 1" in page
+    reworded = {rule.key: f"{rule.reason} (reworded)" for rule in default.rules.all()}
+    preview = admin_client.post(url, {**edit_form(default, **reworded), "_simulate": "1"})
+    html = preview.content.decode()
+    assert "This edit changes no decision: saving keeps version 1" in html
+    assert 'id="pending-invalidated"' not in html
+    admin_client.post(url, edit_form(default, **reworded))
+    default.refresh_from_db()
+    assert default.version == 1
+    review = admin_client.get(reverse("approvals:review", args=[approval.pk])).content.decode()
+    assert "the policy changed" not in review
+
+    deciding = approval.rule
+    stricter = {f"decision:{deciding}": "deny"}
+    html = admin_client.post(url, {**edit_form(default, **stricter), "_simulate": "1"}).content
+    html = html.decode()
+    assert "invalidates the <strong>1</strong> pending request bound to version 1" in html
+    assert f'data-approval="{approval.pk}"' in html
+    default.refresh_from_db()
+    assert default.version == 1  # a preview saves nothing
+
+    approval_decide(
+        approval=approval, user=personas.approver, decision="approve", confirm="docs/old-faq.md"
+    )
+    run = drive(run)
+    approval.refresh_from_db()
+    assert approval.status == ApprovalRequest.Status.APPROVED, approval.status_reason
+    assert run.status == "completed", run.failure_reason
+    assert not (workspace.root_path / "docs" / "old-faq.md").exists()
