@@ -57,6 +57,12 @@ def originals_for(run: Any, paths: Sequence[str]) -> dict[str, str | None]:
     return originals
 
 
+def file_bytes(base: Path, relative: str) -> bytes | None:
+    """A regular file under ``base``, read as the fingerprint reads it (None: absent, not a
+    regular file, too large, or outside ``base``)."""
+    return _read(base, relative)
+
+
 def _read(base: Path, relative: str) -> bytes | None:
     try:
         target = (base / relative).resolve()

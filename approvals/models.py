@@ -92,7 +92,14 @@ class ApprovalRequest(EvalAware):
                 fields=["run", "kind", "tool_use_id"],
                 condition=~models.Q(status="invalidated"),
                 name="approval_once_per_question",
-            )
+            ),
+            # A run commits once: a newer commit request replaces a pending one
+            # (runs.approval_outcomes.approval_ask), and the database holds it to that.
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=models.Q(status="pending", kind="commit"),
+                name="one_pending_commit_per_run",
+            ),
         ]
         permissions = [("decide_approval", "Can decide approval requests of runs")]
 

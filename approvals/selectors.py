@@ -111,3 +111,17 @@ def approval_in_force(
     if tool_use_id is not None:
         asked = asked.filter(tool_use_id=tool_use_id)
     return asked.select_related("decided_by").order_by("-requested_at").first()
+
+
+def pending_overlapping(*, run_id: Any, kind: str, paths: Any) -> list[ApprovalRequest]:
+    """The run's pending requests that a new request of ``kind`` about ``paths`` would
+    stand beside: any pending commit (a run commits once), and any request naming one of
+    the same files. A run has at most one pending request per file: the new one replaces
+    them (issue 18)."""
+    named = set(paths)
+    pending = ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalRequest.Status.PENDING)
+    return [
+        approval
+        for approval in pending.only("pk", "run_id", "kind", "tool", "paths", "grant_id")
+        if (kind == approval.kind == ApprovalRequest.Kind.COMMIT) or named & set(approval.paths)
+    ]

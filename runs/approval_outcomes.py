@@ -34,6 +34,7 @@ from approvals.deciding import approval_decision_check, approval_decision_record
 from approvals.expiry import approval_expiry_record, approvals_due
 from approvals.models import ApprovalRequest
 from approvals.outcomes import AlreadyDecided, Approved, Decided, Expired, Rejected, Vote
+from approvals.selectors import pending_overlapping
 from policies.core.permissions import PolicyError
 
 from .core import status as run_status
@@ -183,7 +184,15 @@ def approval_ask(
     confirm_text: str = "",
 ) -> ApprovalRequest:
     """Ask the approvers and say so on the run's timeline; the run then waits. Inside the
-    caller's checkpoint; the approvers are notified once it commits."""
+    caller's checkpoint; the approvers are notified once it commits.
+
+    The one place a request is made, so the one place that keeps a run to one pending
+    request per file: one it would stand beside is invalidated first, saying it was
+    replaced (an approver with its page open is told so, not left deciding a dead one)."""
+    for older in pending_overlapping(run_id=run.pk, kind=fingerprint.kind, paths=paths):
+        shared = sorted(set(older.paths) & set(paths)) or list(older.paths)
+        named = ", ".join(shared) if shared else "this run's commit"
+        approval_invalidate(approval=older, changes=[f"replaced by a newer request about {named}"])
     approval = approval_request_create(
         run=run,
         fingerprint=fingerprint,

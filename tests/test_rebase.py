@@ -215,3 +215,65 @@ def test_a_change_the_file_already_holds_is_not_asked_about_again(
     assert not ApprovalRequest.objects.filter(run=second, status="pending").exists()
     assert not ToolCall.objects.filter(run=second, tool="commitDraft").exists()
     assert guide.read_text() == same
+
+
+# --- one pending request per run and file; no request without content ------------------------
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_a_draft_that_reads_as_its_file_is_never_asked_about(
+    personas, agent, workspace, guide, api
+):
+    """The model drafts the file exactly as it is: nothing to commit, nobody asked."""
+    drafting(api, GUIDE, 1)
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="Update docs/guide.md to reword one of its lines",
+        dispatch=False,
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    assert not ApprovalRequest.objects.filter(run=run).exists()
+    assert not ToolCall.objects.filter(run=run, tool="commitDraft").exists()
+    unchanged = run.events.get(type="drafts.unchanged")
+    assert unchanged.payload["paths"] == ["docs/guide.md"]
+    assert guide.read_text() == GUIDE
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_asking_again_replaces_the_pending_request_for_the_same_file(
+    personas, agent, workspace, guide, api
+):
+    """However the harness comes to ask again about a file while a request for it is
+    pending, the older one is invalidated, saying so: one pending request per run and file,
+    and the database holds a run to one pending commit."""
+    from django.db import IntegrityError, transaction
+
+    from approvals.fingerprint import fingerprint_recorded
+    from runs.approval_outcomes import approval_ask
+
+    run, first = waiting_run(
+        api, personas, agent, workspace, changed(GUIDE, 2, "Line two, reworded."), 1
+    )
+    with transaction.atomic():
+        again = approval_ask(
+            run=run,
+            fingerprint=fingerprint_recorded(first),
+            paths=first.paths,
+            tool_use_id="commit:asked-again",
+            summary=first.summary,
+            rule=first.rule,
+            reason=first.reason,
+            strong_confirmation=False,
+        )
+    first.refresh_from_db()
+    assert first.status == "invalidated"
+    assert first.status_reason == "replaced by a newer request about docs/guide.md"
+    assert list(ApprovalRequest.objects.filter(run=run, status="pending")) == [again]
+    assert run.events.filter(type="approval.invalidated", payload__approval=str(first.pk)).exists()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ApprovalRequest.objects.create(
+            run=run, kind="commit", tool_use_id="commit:around-the-harness", tool="commitDraft"
+        )

@@ -14,7 +14,12 @@ from django.utils import timezone
 
 from approvals.core.fingerprint import fingerprint_changes
 from approvals.core.patch import PatchError, apply_patch
-from approvals.fingerprint import fingerprint_now, fingerprint_recorded, originals_for
+from approvals.fingerprint import (
+    file_bytes,
+    fingerprint_now,
+    fingerprint_recorded,
+    originals_for,
+)
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
 from policies.core.permissions import Policy, Verdict, decide_paths, level_of
@@ -24,6 +29,7 @@ from policies.rate_limits import limit_context
 
 from ..approval_outcomes import approval_ask, approval_invalidate
 from ..core import status as run_status
+from ..events import run_event_append
 from ..leases import fenced
 from ..lifecycle import run_transition
 from ..models import Run, ToolCall
@@ -44,9 +50,9 @@ from .retry import model_told, turns_left
 
 def approval_stage(driver: Driver, run: Run) -> StageOutcome:
     """1. No drafts: the run is complete. 2. An approved commit request that still holds:
-    on to Commit; a rejected, expired or cancelled one fails the run. 3. The policy decides
-    each draft's commit; a deny fails the run. 4. Ask a person when a rule or the intake
-    says so, else commit."""
+    on to Commit; a rejected, expired or cancelled one fails the run. 3. Drafts that read
+    as their files are dropped. 4. The policy decides each draft's commit; a deny fails the
+    run. 5. Ask a person when a rule or the intake says so, else commit."""
     paths = drafts_of(run)
     if not paths:
         return run_complete(driver.lease, run)
@@ -72,7 +78,35 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
         who = username(existing.decided_by)
         reason = f"{existing.status} by {who}: {existing.comment or 'no reason given'}"
         return run_fail(driver.lease, reason)
+    paths = _drafts_that_change(driver, run, paths)  # before asking: never about nothing
+    if not paths:
+        return run_complete(driver.lease, run)
     return _commit_asked(driver, run, paths, policy)
+
+
+def _drafts_that_change(driver: Driver, run: Run, paths: list[str]) -> list[str]:
+    """The drafts that would change their file. One that reads exactly as its file (the
+    model wrote what was there, or another run committed the same text) changes nothing:
+    it is removed and the timeline says so, so no approver is asked about a change with
+    no content and nothing is committed twice."""
+    drafts = run.workspace.drafts_path / str(run.pk)
+    root = run.workspace.root_path
+    same = [
+        path
+        for path in paths
+        if (draft := file_bytes(drafts, path)) is not None and draft == file_bytes(root, path)
+    ]
+    if not same:
+        return paths
+    with fenced(driver.lease):
+        run_event_append(
+            run_id=run.pk,
+            type="drafts.unchanged",
+            payload={"paths": same, "reason": "the file already reads so: nothing to commit"},
+        )
+    for path in same:
+        (drafts / path).unlink(missing_ok=True)
+    return [path for path in paths if path not in same]
 
 
 def _commit_verdicts(

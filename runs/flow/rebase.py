@@ -7,7 +7,7 @@ edit said to be applied that was not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from approvals.core.fingerprint import content_hash
@@ -30,7 +30,6 @@ class Rebase:
     changes: list[str]
     note: str = ""
     conflict: str = ""
-    texts: dict[str, str] = field(default_factory=dict)
 
 
 def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
@@ -82,7 +81,7 @@ def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
             came = f" ({lines_text(result.theirs)} came from it)" if result.theirs else ""
             moved.append(f"{path}{came}")
     for path, text in merged.items():
-        if text == theirs:  # the change is in the file already: no draft, no empty request
+        if text == now.get(path):  # the change is in the file already: no empty request
             (drafts / path).unlink(missing_ok=True)
         else:
             (drafts / path).write_text(text, encoding="utf-8")
@@ -99,7 +98,6 @@ def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
             if editor
             else ""
         ),
-        texts=merged,
     )
 
 
