@@ -25,7 +25,9 @@ run: $(STAMP)
 	$(PY) manage.py seed_demo
 	$(PY) manage.py serve
 
-# Debian packages the tests need: chromium (browser tests) and bubblewrap (the shell sandbox).
+# Debian packages the tests need: chromium (browser tests) and bubblewrap (the shell sandbox);
+# prometheus for its promtool (deploy/'s rules and config), without the node exporter it
+# recommends, and with the server the package starts on a systemd machine stopped again.
 system-packages:
 	@missing=""; \
 	  [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
@@ -33,6 +35,11 @@ system-packages:
 	  if [ -n "$$missing" ]; then \
 	    echo "Installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi
+	@if ! command -v promtool >/dev/null; then \
+	    echo "Installing Debian packages: prometheus (for promtool)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	    if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
 	  fi
 
 # The whole suite under coverage (its floor, in pyproject.toml, only goes up; a run of part

@@ -8,7 +8,8 @@ work, with no per-process state to merge: no global registry, no multiprocess fi
 1. Counters are the sum of the rollup cells of all days. A run's figures (model calls,
    tokens, cost, tool calls, permission decisions, approvals, duration) count once, when
    it finishes: they only grow, as Prometheus expects of a counter.
-2. Gauges (runs by active status, pending approvals) come from the live rows, by index.
+2. Gauges (runs by active status, stuck runs, pending approvals) come from the live rows,
+   by index.
 3. One scrape reads everything in one read transaction, so a run that finishes meanwhile
    is counted whole or not at all.
 4. The total of the cells of past days is cached under a key that changes whenever one of
@@ -48,7 +49,7 @@ from policies.models import Agent
 from ..core.failures import LABELS as FAILURE_KINDS
 from ..models import DailyRollup
 from .core import rollup
-from .dashboards.figures import runs_by_active_status
+from .dashboards.figures import runs_by_active_status, stuck_runs
 from .rollups import day_of
 
 # Bucket edges in seconds. Rollup histograms keep durations in ms rounded to two
@@ -98,8 +99,10 @@ class Snapshot:
     """Everything one scrape shows, read at one moment."""
 
     live: dict[str, int]  # active status → runs now
+    stuck_runs: int  # working, with no event for HARNESS_STUCK_AFTER_SECONDS
     pending_approvals: int
     oldest_wait_seconds: float  # 0 when nothing waits
+    next_expiry_seconds: float | None  # None when no pending request has a deadline
     agents: dict[str, dict[str, Any]]  # agent slug → total of its cells, all days
 
 
@@ -141,10 +144,13 @@ def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
     now = now or timezone.now()
     with read_snapshot():
         live = runs_by_active_status()
+        stuck = stuck_runs_count(now=now)
         pending = ApprovalRequest.objects.without_evals().filter(
             status=ApprovalRequest.Status.PENDING
         )
-        waiting = pending.order_by().aggregate(n=Count("pk"), oldest=Min("requested_at"))
+        waiting = pending.order_by().aggregate(
+            n=Count("pk"), oldest=Min("requested_at"), soonest=Min("expires_at")
+        )
         slugs = dict(Agent.objects.without_evals().values_list("pk", "slug"))
         by_id = cells_total(today=day_of(now))
     agents: dict[str, dict[str, Any]] = {slug: {} for slug in slugs.values()}
@@ -153,12 +159,21 @@ def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
         rollup.accumulate(agents.setdefault(slug, {}), data)
     return Snapshot(
         live=live,
+        stuck_runs=stuck,
         pending_approvals=waiting["n"],
         oldest_wait_seconds=(
             max(0.0, (now - waiting["oldest"]).total_seconds()) if waiting["oldest"] else 0.0
         ),
+        next_expiry_seconds=(
+            max(0.0, (waiting["soonest"] - now).total_seconds()) if waiting["soonest"] else None
+        ),
         agents=agents,
     )
+
+
+def stuck_runs_count(*, now: datetime) -> int:
+    """The operations dashboard's stuck runs, counted (few rows: the working statuses)."""
+    return stuck_runs(now=now, stuck_after=settings.HARNESS_STUCK_AFTER_SECONDS).count()
 
 
 def cells_total(*, today: date) -> dict[Any, dict[str, Any]]:
@@ -243,6 +258,11 @@ class HarnessCollector(Collector):
             runs.add_metric([status], n)
         yield runs
         yield GaugeMetricFamily(
+            "harness_runs_stuck",
+            "Working runs with no event for HARNESS_STUCK_AFTER_SECONDS.",
+            value=self.snapshot.stuck_runs,
+        )
+        yield GaugeMetricFamily(
             "harness_approvals_pending",
             "Approval requests waiting for a decision now.",
             value=self.snapshot.pending_approvals,
@@ -252,6 +272,14 @@ class HarnessCollector(Collector):
             "How long the oldest pending approval request has waited (0: none waits).",
             value=self.snapshot.oldest_wait_seconds,
         )
+        expiry = GaugeMetricFamily(
+            "harness_approval_next_expiry_seconds",
+            "Seconds until the soonest deadline of a pending approval request (0 once "
+            "passed, until the sweep expires it; no sample when none has a deadline).",
+        )
+        if self.snapshot.next_expiry_seconds is not None:
+            expiry.add_metric([], self.snapshot.next_expiry_seconds)
+        yield expiry
 
     def _runs(self) -> Iterator[Metric]:
         families = {

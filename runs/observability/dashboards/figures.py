@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -137,6 +137,19 @@ def runs_by_active_status() -> dict[str, int]:
     return live
 
 
+def stuck_runs(*, now: datetime, stuck_after: int) -> QuerySet[Any]:
+    """Working runs with no event for ``stuck_after`` seconds (none at all: since created),
+    annotated with ``last``, their last event's time: the dashboard lists them, /metrics
+    counts them."""
+    cutoff = now - timedelta(seconds=stuck_after)
+    return (
+        Run.objects.without_evals()
+        .filter(status__in=WORKING)
+        .annotate(last=Max("events__created_at"))
+        .filter(Q(last__lt=cutoff) | Q(last__isnull=True, created_at__lt=cutoff))
+    )
+
+
 def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) -> Ops:
     now = now or timezone.now()
     stuck_after = stuck_after or settings.HARNESS_STUCK_AFTER_SECONDS
@@ -172,7 +185,6 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             :RECENT_FAILURES
         ]
     ]
-    cutoff = now - timedelta(seconds=stuck_after)
     stuck = [
         {
             "run_id": r["id"],
@@ -181,9 +193,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             "last_event_at": r["last"] or r["created_at"],
             "seconds": int((now - (r["last"] or r["created_at"])).total_seconds()),
         }
-        for r in runs.filter(status__in=WORKING)
-        .annotate(last=Max("events__created_at"))
-        .filter(Q(last__lt=cutoff) | Q(last__isnull=True, created_at__lt=cutoff))
+        for r in stuck_runs(now=now, stuck_after=stuck_after)
         .order_by("last", "created_at")
         .values("id", "agent__slug", "status", "last", "created_at")[:50]
     ]
