@@ -23,6 +23,7 @@ from policies.models import Agent, Workspace
 
 from .core import status as run_status
 from .models import Artifact, ModelCall, Run, RunEvent, Step, ToolCall, WriteRecord
+from .run_filters import status_matching
 from .selectors import BadAfter, parse_after
 from .services import run_answer, run_cancel, run_create, run_rollback
 from .tools.rollback import RollbackRefused
@@ -131,6 +132,9 @@ class RunSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
     cost_usd = serializers.DecimalField(max_digits=20, decimal_places=9, read_only=True)
+    # The seed's state stays in ``status`` (a cancelled run is failed, kind cancelled);
+    # ``shown_status`` is what the console shows: ``cancelled`` for it.
+    shown_status = serializers.CharField(read_only=True)
 
     class Meta:
         model = Run
@@ -142,6 +146,7 @@ class RunSerializer(serializers.ModelSerializer):
             "requester",
             "request",
             "status",
+            "shown_status",
             "stage",
             "risk",
             "task",
@@ -272,9 +277,10 @@ class RunViewSet(
         params = self.request.query_params
         errors = {}
         if (value := params.get("status")) is not None:
-            if value not in run_status.STATUSES:
-                errors["status"] = [f"Unknown status; use one of {', '.join(run_status.STATUSES)}."]
-            runs = runs.filter(status=value)
+            if value not in run_status.SHOWN_STATUSES:
+                choices = ", ".join(run_status.SHOWN_STATUSES)
+                errors["status"] = [f"Unknown status; use one of {choices}."]
+            runs = runs.filter(status_matching(value))
         if (value := params.get("agent")) is not None:
             runs = runs.filter(agent__slug=value)
         if (value := params.get("requester")) is not None:
@@ -296,7 +302,7 @@ class RunViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("status", str, enum=list(run_status.STATUSES)),
+            OpenApiParameter("status", str, enum=list(run_status.SHOWN_STATUSES)),
             OpenApiParameter("agent", str, description="agent slug"),
             OpenApiParameter("requester", str, description="username"),
         ]

@@ -68,6 +68,8 @@ def run_transition(
         payload = {"from": previous, "to": to, **(detail or {})}
         if failure_reason:
             payload["reason"] = failure_reason.strip()
+        if run.shown_status != to:  # a cancel: the live pages show "cancelled"
+            payload["shown"] = run.shown_status
         run_event_append(run_id=run.pk, type="status.changed", payload=payload)
         telemetry.run_transitioned(run)  # an ended run's trace spans, sent on commit (O1)
     return run

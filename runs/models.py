@@ -117,6 +117,16 @@ class Run(EvalAware):
     def is_terminal(self) -> bool:
         return self.status in run_status.TERMINAL or self.status == run_status.COMPLETED
 
+    @property
+    def shown_status(self) -> str:
+        """``cancelled`` for a cancelled run (stored as failed, kind cancelled), else the
+        status: what lists, counts and the run's page show."""
+        return run_status.shown_status(self.status, self.failure_kind)
+
+    @property
+    def shown_status_label(self) -> str:
+        return run_status.LABELS[self.shown_status]
+
 
 class Step(EvalAware):
     """One stage of a run's fixed flow (SPEC R4, R7), with what went in and came out."""

@@ -94,8 +94,9 @@ def _one_of(filters: Mapping[str, str], name: str, allowed: Any, what: str) -> N
 def run_filters_check(filters: Mapping[str, str]) -> dict[str, date]:
     """Raise :class:`BadFilter` for the first bad value; return the parsed days."""
     status = filters.get("status", "")
-    if status and status not in run_status.STATUSES:
-        raise BadFilter(f"Unknown status {status!r}; one of: {', '.join(run_status.STATUSES)}.")
+    if status and status not in run_status.SHOWN_STATUSES:
+        choices = ", ".join(run_status.SHOWN_STATUSES)
+        raise BadFilter(f"Unknown status {status!r}; one of: {choices}.")
     days = {name: day for name in DAY_FIELDS if (day := _day(filters, name)) is not None}
     first, last = days.get("finished_from"), days.get("finished_to")
     if first and last and first > last:
@@ -129,13 +130,26 @@ def _known(filters: Mapping[str, str]) -> None:
             raise BadFilter(f"Unknown {name} {value!r}.")
 
 
+def status_matching(status: str) -> Q:
+    """Runs shown with ``status`` (``run_status.SHOWN_STATUSES``): a cancelled run is stored
+    as failed, of the failure kind cancelled, and listed as cancelled, never as failed."""
+    cancelled = Q(status=run_status.FAILED, failure_kind=run_status.CANCELLED_KIND)
+    if status == run_status.SHOWN_CANCELLED:
+        return cancelled
+    if status == run_status.FAILED:
+        return Q(status=run_status.FAILED) & ~cancelled
+    return Q(status=status)
+
+
 def runs_filtered(runs: EvalTraffic, filters: Mapping[str, str]) -> EvalTraffic:
     """``runs`` narrowed by checked ``filters``. Child rows are matched with EXISTS, so a
     run with three calls of a model is listed (and counted) once."""
     days = run_filters_check(filters)
-    exact = {"status": "status", "agent": "agent__slug", "workspace": "workspace__slug"}
+    exact = {"agent": "agent__slug", "workspace": "workspace__slug"}
     exact |= {"requester": "requester__username", "verification": "verification__result"}
     runs = runs.filter(**{f: filters[name] for name, f in exact.items() if filters.get(name)})
+    if status := filters.get("status"):
+        runs = runs.filter(status_matching(status))
     if filters.get("evals") == "only":
         runs = runs.of_evals()
     elif filters.get("evals") != "include" and not (

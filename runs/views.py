@@ -85,7 +85,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "filters": filters,
         "status": filters["status"],
-        "statuses": run_status.STATUSES,
+        "statuses": run_status.SHOWN_STATUSES,
         "agents": _listed(Agent.objects.order_by("name"), filters, "agent"),
         "workspaces": _listed(Workspace.objects.order_by("name"), filters, "workspace"),
         "requesters": _requesters(filters),

@@ -198,6 +198,7 @@ def test_the_retrospective_shows_every_figure_of_retro_figures(client, personas,
     assert {t["name"]: t["y"] for t in runs} == {
         "Completed": retro.runs["completed"],
         "Failed": retro.runs["failed"],
+        "Cancelled": retro.runs["cancelled"],
         "Rolled back": retro.runs["rolled_back"],
     }
     success = traces(shown["success-rate"])[0]["y"]

@@ -110,13 +110,14 @@ def raw_figures(days: int, agent_id=None, workspace_id=None):
         day = run.finished_at.astimezone(UTC).date()
         if day in index:
             by_run[run.pk] = (run, index[day])
-    outcome = {o: [0] * days for o in ("completed", "failed", "rolled_back")}
+    outcome = {o: [0] * days for o in ("completed", "failed", "cancelled", "rolled_back")}
     kinds: Counter[str] = Counter()
     durations = defaultdict(list)
     verified, escaped = [0] * days, [0] * days
     for run, i in by_run.values():
-        outcome[run.status][i] += 1
-        if run.status == "failed":
+        cancelled = run.status == "failed" and run.failure_kind == "cancelled"
+        outcome["cancelled" if cancelled else run.status][i] += 1  # a cancel is shown apart
+        if run.status == "failed" and not cancelled:
             kinds[run.failure_kind] += 1
         millis = round((run.finished_at - run.created_at).total_seconds() * 1000)
         durations[i].append(millis)
@@ -188,9 +189,11 @@ def assert_figures_match(days: int, agent_id=None, workspace_id=None) -> None:
         got.totals["duration_p95"],
     ) == want["overall"]
     assert got.verified == want["verified"] and got.escaped == want["escaped"]
-    finished = [sum(want["runs"][o][i] for o in want["runs"]) for i in range(days)]
+    let_finish = [
+        sum(want["runs"][o][i] for o in want["runs"] if o != "cancelled") for i in range(days)
+    ]
     assert got.success_rate == [
-        want["runs"]["completed"][i] / n if n else None for i, n in enumerate(finished)
+        want["runs"]["completed"][i] / n if n else None for i, n in enumerate(let_finish)
     ]
 
 

@@ -69,6 +69,29 @@ ACTIVE: Final[frozenset[RunStatus]] = frozenset(set(STATUSES) - {COMPLETED, FAIL
 CLAIMABLE: Final[tuple[RunStatus, ...]] = (CREATED, PLANNING, RUNNING, VERIFYING)
 
 
+# A cancelled run is, in the seed's lifecycle, ``failed`` with the failure kind
+# ``cancelled``; wherever runs are listed or counted it is shown apart, as "cancelled":
+# nobody's failure, and no part of the success rate or the failure Pareto.
+CANCELLED_KIND: Final = "cancelled"
+SHOWN_CANCELLED: Final = "cancelled"
+LABELS: Final[dict[str, str]] = {status: status.replace("_", " ") for status in STATUSES} | {
+    SHOWN_CANCELLED: "cancelled"
+}
+
+
+# The statuses a list can be narrowed to: the stored ones, with cancelled beside failed.
+SHOWN_STATUSES: Final[tuple[str, ...]] = (
+    *STATUSES[: STATUSES.index(FAILED) + 1],
+    SHOWN_CANCELLED,
+    *STATUSES[STATUSES.index(FAILED) + 1 :],
+)
+
+
+def shown_status(status: str, failure_kind: str) -> str:
+    """The status as the console shows it: ``cancelled`` for a failed run that was."""
+    return SHOWN_CANCELLED if status == FAILED and failure_kind == CANCELLED_KIND else status
+
+
 class InvalidTransition(ValueError):
     """A status change the lifecycle does not allow; the message says which and why."""
 

@@ -15,13 +15,22 @@ from ...core.failures import LABELS as FAILURE_LABELS
 from . import rollup
 
 OUTCOMES = (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK)
+# As the dashboards show them: a cancelled run (stored failed, kind cancelled) apart from
+# the failures, so the success rate and the failure Pareto count only runs that were let
+# finish.
+SHOWN_OUTCOMES = (
+    run_status.COMPLETED,
+    run_status.FAILED,
+    run_status.SHOWN_CANCELLED,
+    run_status.ROLLED_BACK,
+)
 
 
 @dataclass
 class Retro:
     days: list[date]
-    runs: dict[str, list[int]]  # outcome → per day
-    success_rate: list[float | None]  # completed / finished, per day
+    runs: dict[str, list[int]]  # shown outcome (failed: not cancelled) → per day
+    success_rate: list[float | None]  # completed / finished and not cancelled, per day
     failures: list[tuple[str, str, int]]  # (kind, label, count), most first (Pareto)
     cost: dict[tuple[str, str], list[Decimal]]  # (agent slug, model) → dollars per day
     tokens: dict[tuple[str, str], list[int]]  # (agent slug, model) → tokens per day
@@ -58,12 +67,13 @@ def retro_compute(
     the ``models`` part of each (day, agent) cell, for cost and tokens by agent and model."""
     whole = rollup.total(daily)
     cost, tokens = _by_agent_and_model(span, per_agent, slugs)
-    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
-    finished = [sum(runs[o][i] for o in OUTCOMES) for i in range(len(span))]
+    runs = _shown_outcomes(daily)
+    finished = [sum(runs[o][i] for o in SHOWN_OUTCOMES) for i in range(len(span))]
+    let_finish = [n - runs[run_status.SHOWN_CANCELLED][i] for i, n in enumerate(finished)]
     return Retro(
         days=list(span),
         runs=runs,
-        success_rate=[runs["completed"][i] / n if n else None for i, n in enumerate(finished)],
+        success_rate=[runs["completed"][i] / n if n else None for i, n in enumerate(let_finish)],
         failures=_failures(whole),
         cost=dict(sorted(cost.items())),
         tokens=dict(sorted(tokens.items())),
@@ -78,6 +88,17 @@ def retro_compute(
         changes=list(changes),
         agents=dict(slugs),
     )
+
+
+def _shown_outcomes(daily: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """Runs per day by shown outcome: the cells count a cancelled run among the failed,
+    and among the failures by kind as ``cancelled``; here it is taken out of the one and
+    counted on its own."""
+    runs = {o: [d.get("runs", {}).get(o, 0) for d in daily] for o in OUTCOMES}
+    cancelled = [d.get("failures", {}).get(run_status.CANCELLED_KIND, 0) for d in daily]
+    runs[run_status.FAILED] = [n - c for n, c in zip(runs["failed"], cancelled, strict=True)]
+    runs[run_status.SHOWN_CANCELLED] = cancelled
+    return {o: runs[o] for o in SHOWN_OUTCOMES}
 
 
 def _by_agent_and_model(
@@ -101,11 +122,12 @@ def _by_agent_and_model(
 
 
 def _failures(whole: Mapping[str, Any]) -> list[tuple[str, str, int]]:
-    """Failure kinds, most first (a Pareto chart)."""
+    """Failure kinds, most first (a Pareto chart); a cancel is nobody's failure."""
     return sorted(
         (
             (kind, FAILURE_LABELS.get(kind, kind), n)
             for kind, n in whole.get("failures", {}).items()
+            if kind != run_status.CANCELLED_KIND
         ),
         key=lambda f: (-f[2], f[0]),
     )
@@ -142,12 +164,18 @@ def _totals(
 ) -> dict[str, Any]:
     """The window's headline figures."""
     models_total = whole.get("models", {})
+    cancelled = sum(runs["cancelled"])
     return {
         "finished": sum(finished),
         "completed": sum(runs["completed"]),
         "failed": sum(runs["failed"]),
+        "cancelled": sum(runs["cancelled"]),
         "rolled_back": sum(runs["rolled_back"]),
-        "success_rate": sum(runs["completed"]) / sum(finished) if sum(finished) else None,
+        "success_rate": (
+            sum(runs["completed"]) / let_finish
+            if (let_finish := sum(finished) - cancelled)
+            else None
+        ),
         "cost": Decimal(whole.get("cost", "0")),
         "tokens": sum(m.get(k, 0) for m in models_total.values() for k in TOKEN_KINDS),
         "model_calls": sum(m.get("calls", 0) for m in models_total.values()),

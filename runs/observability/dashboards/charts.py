@@ -15,7 +15,7 @@ from typing import Any
 
 from ...core import status as run_status
 from ...templatetags.money import usd
-from ..core.retro import OUTCOMES, Retro
+from ..core.retro import SHOWN_OUTCOMES, Retro
 from .figures import Ops
 from .plot import (
     COLORWAY,
@@ -60,12 +60,12 @@ def _runs_per_day(r: Retro, links: Links) -> Chart:
             ],
             hovertemplate="%{hovertext}<extra></extra>",
         )
-        for o in OUTCOMES
+        for o in SHOWN_OUTCOMES
     ]
     rows = [
         [Cell(d.isoformat())]
-        + [count_cell(r.runs[o][i], links.day(d, status=o)) for o in OUTCOMES]
-        + [count_cell(sum(r.runs[o][i] for o in OUTCOMES), links.day(d))]
+        + [count_cell(r.runs[o][i], links.day(d, status=o)) for o in SHOWN_OUTCOMES]
+        + [count_cell(sum(r.runs[o][i] for o in SHOWN_OUTCOMES), links.day(d))]
         for i, d in enumerate(r.days)
     ]
     return Chart(
@@ -79,7 +79,8 @@ def _runs_per_day(r: Retro, links: Links) -> Chart:
 
 
 def _success_rate(r: Retro, links: Links) -> Chart:
-    finished = [sum(r.runs[o][i] for o in OUTCOMES) for i in range(len(r.days))]
+    finished = [sum(r.runs[o][i] for o in SHOWN_OUTCOMES) for i in range(len(r.days))]
+    counted = [n - r.runs["cancelled"][i] for i, n in enumerate(finished)]
     trace = make_trace(
         "scatter",
         **per_day(r.days),
@@ -90,7 +91,7 @@ def _success_rate(r: Retro, links: Links) -> Chart:
         customdata=[links.day(d) for d in r.days],
         hovertext=[
             f"{d:%b %d}: {percent(s)} of {n}"
-            for d, s, n in zip(r.days, r.success_rate, finished, strict=True)
+            for d, s, n in zip(r.days, r.success_rate, counted, strict=True)
         ],
         hovertemplate="%{hovertext}<extra></extra>",
     )
@@ -100,6 +101,7 @@ def _success_rate(r: Retro, links: Links) -> Chart:
             Cell(d.isoformat()),
             count_cell(r.runs["completed"][i], links.day(d, status="completed")),
             count_cell(finished[i], links.day(d)),
+            count_cell(r.runs["cancelled"][i], links.day(d, status="cancelled")),
             Cell(percent(r.success_rate[i])),
         ]
         for i, d in enumerate(r.days)
@@ -107,9 +109,9 @@ def _success_rate(r: Retro, links: Links) -> Chart:
     return Chart(
         key="success-rate",
         title="Success rate",
-        note="Completed runs out of the runs that finished that day.",
+        note="Completed runs out of the runs that finished that day, cancelled ones left out.",
         figure=figure_json([trace], layout, r.changes),
-        columns=["Day", "Completed", "Finished", "Success rate"],
+        columns=["Day", "Completed", "Finished", "Cancelled", "Success rate"],
         rows=rows,
     )
 
@@ -357,14 +359,14 @@ def _headline(r: Retro, links: Links) -> list[dict[str, str]]:
             "label": "Runs finished",
             "value": f"{t['finished']:,}",
             "detail": f"{t['completed']:,} completed · {t['failed']:,} failed · "
-            f"{t['rolled_back']:,} rolled back",
+            f"{t['cancelled']:,} cancelled · {t['rolled_back']:,} rolled back",
             "url": links.whole(),
         },
         {
             "key": "success",
             "label": "Success rate",
             "value": percent(t["success_rate"]),
-            "detail": "completed out of finished",
+            "detail": "completed out of finished, cancelled left out",
             "url": links.whole(status="completed"),
         },
         {

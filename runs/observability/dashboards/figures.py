@@ -25,7 +25,7 @@ from ...core import status as run_status
 from ...core.failures import LABELS as FAILURE_LABELS
 from ...models import DailyRollup, DailyTotal, Run
 from ..core import rollup
-from ..core.retro import OUTCOMES, Retro, retro_compute
+from ..core.retro import SHOWN_OUTCOMES, Retro, retro_compute
 from ..rollups import day_of
 
 WINDOWS = (7, 30)
@@ -156,18 +156,20 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
     live = runs_by_active_status()
     runs = Run.objects.without_evals()
     day_ago, hour_ago = now - timedelta(days=1), now - timedelta(hours=1)
-    finished = dict.fromkeys(OUTCOMES, 0)
-    hour = dict.fromkeys(OUTCOMES, 0)
+    finished = dict.fromkeys(SHOWN_OUTCOMES, 0)
+    hour = dict.fromkeys(SHOWN_OUTCOMES, 0)
     rows = (
         runs.filter(finished_at__gte=day_ago, finished_at__lte=now)
         .order_by()
-        .values_list("status")
+        .values_list("status", "failure_kind")
         .annotate(n=Count("pk"), last_hour=Count("pk", filter=Q(finished_at__gte=hour_ago)))
     )
-    for status, n, in_hour in rows:
-        finished[status] = finished.get(status, 0) + n
-        hour[status] = hour.get(status, 0) + in_hour
+    for status, kind, n, in_hour in rows:
+        shown = run_status.shown_status(status, kind)  # a cancel is counted apart
+        finished[shown] = finished.get(shown, 0) + n
+        hour[shown] = hour.get(shown, 0) + in_hour
     ended = sum(hour.values())
+    let_finish = ended - hour[run_status.SHOWN_CANCELLED]
     pending = ApprovalRequest.objects.without_evals().filter(status=ApprovalRequest.Status.PENDING)
     oldest = pending.order_by("requested_at").values("id", "run_id", "requested_at").first()
     failures = [
@@ -217,7 +219,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             "started": runs.filter(created_at__gte=hour_ago, created_at__lte=now).count(),
             "finished": ended,
             **hour,
-            "error_rate": hour[run_status.FAILED] / ended if ended else None,
+            "error_rate": hour[run_status.FAILED] / let_finish if let_finish else None,
         },
         recent_failures=failures,
         stuck=stuck,

@@ -17,7 +17,12 @@ from urllib.parse import urlencode
 from django.urls import reverse
 from plotly.io.json import to_json_plotly
 
-OUTCOME_LABELS = {"completed": "Completed", "failed": "Failed", "rolled_back": "Rolled back"}
+OUTCOME_LABELS = {
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Cancelled",
+    "rolled_back": "Rolled back",
+}
 STATE_COLORS = {
     "created": "#98a2b3",
     "planning": "#53b1fd",
@@ -27,6 +32,7 @@ STATE_COLORS = {
     "verifying": "#7a5af8",
     "completed": "#12b76a",
     "failed": "#f04438",
+    "cancelled": "#98a2b3",
     "rolled_back": "#fdb022",
 }
 COLORWAY = ["#2a5bd7", "#12b76a", "#f79009", "#7a5af8", "#f04438", "#0ba5ec", "#ee46bc"]

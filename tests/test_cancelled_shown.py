@@ -1,0 +1,121 @@
+"""A cancelled run is shown as cancelled wherever runs are listed or counted (issue 18
+point 6): its state stays the seed's ``failed`` with the failure kind ``cancelled``, while
+the runs list, its filter, the API, the run page and both dashboards show it apart, and
+the success rate and the failure Pareto leave it out."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from runs.core import status as run_status
+from runs.lifecycle import run_transition
+from runs.models import Run
+from runs.observability.core.retro import retro_compute
+from runs.observability.dashboards.figures import ops_figures, retro_figures
+from runs.services import run_cancel, run_create
+from tests.conftest import SEEDED
+from tests.helpers import FIX
+
+pytestmark = [*SEEDED, pytest.mark.usefixtures("api_key")]  # runs no worker takes
+
+
+def test_the_shown_status_of_a_cancel_and_of_everything_else():
+    assert run_status.shown_status("failed", "cancelled") == "cancelled"
+    assert run_status.shown_status("failed", "model_error") == "failed"
+    assert run_status.shown_status("completed", "") == "completed"
+    assert run_status.SHOWN_STATUSES.index("cancelled") == run_status.STATUSES.index("failed") + 1
+
+
+def test_the_retrospective_counts_a_cancel_apart_from_the_failures():
+    day = date(2026, 12, 1)
+    cell = {
+        "runs": {"completed": 6, "failed": 4},
+        "failures": {"cancelled": 2, "model_error": 2},
+    }
+    retro = retro_compute(span=[day], daily=[cell], per_agent=[], slugs={})
+    assert retro.runs == {"completed": [6], "failed": [2], "cancelled": [2], "rolled_back": [0]}
+    assert retro.success_rate == [6 / 8]  # of the runs let finish
+    assert [kind for kind, _label, _n in retro.failures] == ["model_error"]
+    assert retro.totals["failed"] == 2 and retro.totals["cancelled"] == 2
+    assert retro.totals["finished"] == 10 and retro.totals["success_rate"] == 6 / 8
+
+
+def finished_runs(personas, agent, workspace) -> dict[str, Run]:
+    """One run each: completed, failed on a model error, cancelled by its requester."""
+    made = {}
+    for name in ("completed", "failed", "cancelled"):
+        made[name] = run_create(
+            agent=agent,
+            workspace=workspace,
+            requester=personas.operator,
+            request=f"{FIX} ({name})",
+            dispatch=False,
+        )
+    for name, reason in (("completed", ""), ("failed", "model call failed: overloaded")):
+        run = made[name]
+        for to in ("planning", "running", "verifying")[: 3 if name == "completed" else 2]:
+            run_transition(run_id=run.pk, to=to)
+        run_transition(run_id=run.pk, to=name, failure_reason=reason)
+    run_cancel(run=made["cancelled"], user=personas.operator)
+    return {name: Run.objects.get(pk=run.pk) for name, run in made.items()}
+
+
+def test_a_cancelled_run_is_stored_failed_and_shown_cancelled(client, personas, agent, workspace):
+    runs = finished_runs(personas, agent, workspace)
+    cancelled = runs["cancelled"]
+    assert (cancelled.status, cancelled.failure_kind) == ("failed", "cancelled")
+    assert cancelled.shown_status == "cancelled"
+    # The status change the live pages hear says so too.
+    changed = cancelled.events.filter(type="status.changed").last()
+    assert changed.payload["to"] == "failed" and changed.payload["shown"] == "cancelled"
+
+    client.force_login(personas.operator)
+    listed = client.get(reverse("runs:list")).content.decode()
+    assert '<span class="status status-cancelled" title="failed: cancelled">cancelled</span>' in (
+        listed
+    )
+    only = client.get(reverse("runs:list"), {"status": "cancelled"}).content.decode()
+    assert "(cancelled)" in only and "(failed)" not in only and "(completed)" not in only
+    failed = client.get(reverse("runs:list"), {"status": "failed"}).content.decode()
+    assert "(failed)" in failed and "(cancelled)" not in failed
+    page = client.get(reverse("runs:detail", args=[cancelled.pk])).content.decode()
+    assert '<span id="run-status" class="status status-cancelled">cancelled</span>' in page
+
+    api = APIClient()
+    api.force_authenticate(personas.operator)
+    body = api.get(f"/api/runs/{cancelled.pk}/").json()
+    assert (body["status"], body["shown_status"], body["failure_kind"]) == (
+        "failed",
+        "cancelled",
+        "cancelled",
+    )
+    listed = api.get("/api/runs/", {"status": "cancelled"}).json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [row["id"] for row in rows] == [str(cancelled.pk)]
+    assert api.get("/api/runs/", {"status": "stopped"}).status_code == 400
+
+
+def test_the_dashboards_count_a_cancel_apart(personas, agent, workspace):
+    finished_runs(personas, agent, workspace)
+    ops = ops_figures(now=timezone.now())
+    assert ops.finished_24h == {"completed": 1, "failed": 1, "cancelled": 1, "rolled_back": 0}
+    assert ops.last_hour["error_rate"] == 1 / 2  # the failed of the two let finish
+    retro = retro_figures(days=7)
+    assert retro.runs["cancelled"][-1] == 1 and retro.runs["failed"][-1] == 1
+    assert retro.success_rate[-1] == 1 / 2
+    assert "cancelled" not in [kind for kind, _label, _n in retro.failures]
+
+
+@pytest.mark.parametrize("status", ["cancelled", "failed"])
+def test_a_dashboard_link_by_outcome_lists_what_it_counts(
+    client, personas, agent, workspace, status
+):
+    finished_runs(personas, agent, workspace)
+    client.force_login(personas.ops)
+    html = client.get(reverse("runs:list"), {"status": status}).content.decode()
+    assert 'data-total="1"' in html
