@@ -58,6 +58,17 @@ def a_run(personas, agent, workspace, requester=None) -> Run:
 
 
 def ask(run: Run, n: int = 0, **fields) -> ApprovalRequest:
+    """A made-up request of ``run``. A run holds one pending commit (the database says so):
+    a further pending commit is asked by a sibling run (same agent, workspace, requester)."""
+    pending_commit = fields.get("kind", "commit") == "commit" and fields.get("status", "pending")
+    if pending_commit == "pending" and run.approvals.filter(kind="commit", status="pending"):
+        run = run_create(
+            agent=run.agent,
+            workspace=run.workspace,
+            requester=run.requester,
+            request=run.request,
+            dispatch=False,
+        )
     defaults = {
         "kind": "commit",
         "tool_use_id": f"commit:{n}:{uuid.uuid4().hex[:6]}",
@@ -242,8 +253,10 @@ def test_the_queue_shows_at_most_50_rows_in_a_few_queries(
 ):
     run = a_run(personas, agent, workspace)
     ApprovalRequest.objects.bulk_create(
-        ApprovalRequest(run=run, kind="commit", tool_use_id=f"c{i}", summary=f"n{i}", risk="low")
-        for i in range(55)
+        ApprovalRequest(
+            run=run, kind="tool_call", tool_use_id=f"t{i}", tool="x", summary=f"n{i}", risk="low"
+        )
+        for i in range(55)  # tool calls: one run may hold many, while only one commit
     )
     client.force_login(personas.approver)
     client.get(reverse("approvals:queue"), {"fragment": "1"})  # session and user cached
@@ -714,3 +727,41 @@ def test_a_decision_goes_back_only_to_a_page_of_this_site(
     assert response["Location"] == reverse("approvals:queue")  # never the given target
     approval.refresh_from_db()
     assert approval.status == "rejected"
+
+
+# --- small things (issue 18 point 6) -------------------------------------------------------
+def test_the_history_links_each_run_and_says_what_was_decided_on_invalidated_rows(
+    client, personas, agent, workspace
+):
+    run = a_run(personas, agent, workspace)
+    decided = ask(run, 1, status="invalidated", decided_by=personas.approver)
+    decided.decided_at = timezone.now()
+    decided.save(update_fields=["decided_at"])
+    ask(a_run(personas, agent, workspace), 2, status="invalidated")
+    client.force_login(personas.approver)
+    html = page(client, "approvals:history")
+    assert f'href="{reverse("runs:detail", args=[run.pk])}"' in html
+    assert "approved, then invalidated by the harness before it ran" in html
+    assert "invalidated by the harness while pending: nobody decided it" in html
+
+
+def test_an_approver_on_a_waiting_run_sees_no_empty_actions_card(
+    client, personas, agent, workspace, docs
+):
+    run = driven(personas, agent, workspace)
+    assert run.status == "waiting_for_approval"
+    client.force_login(personas.approver)
+    approver_page = page(client, "runs:detail", run.pk)
+    assert 'id="run-actions"' not in approver_page
+    client.force_login(personas.operator)  # who may cancel, and is asked to confirm
+    operator_page = page(client, "runs:detail", run.pk)
+    assert 'id="run-cancel"' in operator_page
+    assert 'hx-confirm="Cancel this run?' in operator_page
+
+
+def test_the_pending_badge_ends_its_link_with_no_trailing_space(client, personas):
+    client.force_login(personas.approver)
+    html = page(client, "runs:list")
+    link = re.search(r'<a href="/approvals/"[^>]*>(.*?)</a>', html, re.S)
+    assert link is not None and link.group(1).endswith("</span>")
+    assert re.match(r"Approvals<span ", link.group(1))  # nothing underlined beside the badge

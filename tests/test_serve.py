@@ -52,7 +52,7 @@ def test_ctrl_c_stops_web_workers_and_beat_cleanly(tmp_path):
             except OSError:
                 return False
 
-        wait_until(ready, timeout=60, what="web, worker and beat")
+        wait_until(ready, timeout=120, what="web, worker and beat")  # a loaded machine
         group = children_of(serve.pid)
         descendants = group + [c for pid in group for c in children_of(pid)]
         assert len(group) == 4  # web, the run worker, the housekeeping worker, beat
