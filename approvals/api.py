@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django.db.models import QuerySet
@@ -15,8 +16,9 @@ from rest_framework.response import Response
 
 from harness_console.roles import may_decide
 from harness_console.web.api import service_call
-from runs.approval_outcomes import approval_decide
+from runs.approval_outcomes import approval_decide, approvals_decide_group
 
+from .groups import GROUP_LIMIT, same_action
 from .models import ApprovalDecision, ApprovalRequest
 from .outcomes import AlreadyDecided
 
@@ -49,11 +51,15 @@ class ApprovalSerializer(serializers.ModelSerializer):
         slug_field="username", read_only=True, allow_null=True
     )
     decisions = DecisionSerializer(many=True, read_only=True)
+    # Requests with one ``same_action`` are the same action from several runs (B15):
+    # ``decide-group`` decides them in one step.
+    same_action = serializers.SerializerMethodField()
 
     class Meta:
         model = ApprovalRequest
         read_only_fields = fields = [
             "id",
+            "same_action",
             "run",
             "agent",
             "requester",
@@ -82,6 +88,9 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "decisions",
         ]
 
+    def get_same_action(self, approval: ApprovalRequest) -> str:
+        return hashlib.sha256(same_action(approval).encode()).hexdigest()[:32]
+
 
 class DecideSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=["approve", "reject"])
@@ -103,6 +112,20 @@ class DecideSerializer(serializers.Serializer):
         default="",
         help_text="Approve this unified diff instead of the proposed one; it must apply.",
     )
+
+
+class GroupMemberSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    digest = serializers.RegexField(r"^[0-9a-f]{64}$")
+
+
+class DecideGroupSerializer(serializers.Serializer):
+    members = serializers.ListField(
+        child=GroupMemberSerializer(), min_length=1, max_length=GROUP_LIMIT
+    )
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    confirm = serializers.CharField(required=False, allow_blank=True, max_length=1024, default="")
 
 
 class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -150,3 +173,27 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 status=status.HTTP_409_CONFLICT,
             )
         return Response(ApprovalSerializer(outcome.approval).data)
+
+    @extend_schema(request=DecideGroupSerializer)
+    @action(detail=False, methods=["post"], url_path="decide-group")
+    def decide_group(self, request: Request) -> Response:
+        """Identical requests (one ``same_action``) in one step, each decided on its own:
+        ``decided`` lists those that were, ``refused`` the others with the reason."""
+        incoming = DecideGroupSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        done = service_call(
+            lambda: approvals_decide_group(
+                members=[(str(m["id"]), m["digest"]) for m in data["members"]],
+                user=request.user,
+                decision=data["decision"],
+                comment=data["comment"],
+                confirm=data["confirm"],
+            )
+        )
+        return Response(
+            {
+                "decided": [ApprovalSerializer(d.approval).data for d in done.decided],
+                "refused": [{"id": str(a.pk), "reason": why} for a, why in done.refused],
+            }
+        )

@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.approval_queue, name="queue"),
     path("history/", views.approval_history, name="history"),
     path("count/", views.approval_count, name="count"),
+    path("group/decide/", views.approval_group_decide_view, name="decide_group"),
     path("<uuid:approval_id>/", views.approval_review, name="review"),
     path("<uuid:approval_id>/decide/", views.approval_decide_view, name="decide"),
 ]

@@ -21,12 +21,13 @@ from harness_console.roles import may_decide
 from harness_console.web.fragments import wants_fragment
 from harness_console.web.redirects import safe_next
 from policies.models import Agent
-from runs.approval_outcomes import approval_decide
+from runs.approval_outcomes import approval_decide, approvals_decide_group
 
 from .core.patch import diff_rows
 from .diff_view import highlight_css, highlight_rows
 from .fingerprint import changes_since_asked
 from .forms import RISKS, DecisionForm, HistoryFilterForm, QueueFilterForm
+from .groups import groups_in
 from .models import ApprovalDecision, ApprovalRequest
 from .outcomes import AlreadyDecided
 from .selectors import (
@@ -59,6 +60,9 @@ QUEUE_COLUMNS = (
     "run__request",
     "run__agent__name",
     "run__requester__username",
+    "digest",  # with kind, tool and rule: which requests are the same action (groups)
+    "rule",
+    "confirm_text",
 )
 HISTORY_PAGE_SIZE = 50
 HISTORY_UNSHOWN = (
@@ -98,6 +102,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     fragment = wants_fragment(request)
     context = {
         "rows": rows,
+        "groups": groups_in(rows),
         "total": total,
         "more": max(0, total - len(rows)),
         "filters": filters,
@@ -113,6 +118,42 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     }
     template = "approvals/queue_table.html" if fragment else "approvals/queue.html"
     return render(request, template, context)
+
+
+@login_required
+@require_http_methods(["POST"])
+def approval_group_decide_view(request: HttpRequest) -> HttpResponse:
+    """Decide the identical requests of one queue group in one step (B15): each member is
+    posted with the digest its approver was shown, and decided on its own; the message
+    says how many were decided, and which were not and why."""
+    if not may_decide(request.user):
+        raise PermissionDenied("Only approvers decide approval requests.")
+    members = [tuple(m.split(":", 1)) for m in request.POST.getlist("member") if ":" in m]
+    decision = request.POST.get("decision", "")
+    try:
+        done = approvals_decide_group(
+            members=[(pk, digest) for pk, digest in members],
+            user=request.user,
+            decision=decision,
+            comment=request.POST.get("comment", ""),
+            confirm=request.POST.get("confirm", ""),
+        )
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("approvals:queue")
+    verb = "Approved" if decision == "approve" else "Rejected"
+    if done.decided:
+        what = done.decided[0].approval.summary or "the request"
+        messages.success(
+            request, f"{verb} {len(done.decided)} of {len(members)} identical requests “{what}”."
+        )
+    reasons = {why for _approval, why in done.refused}
+    if done.refused and not done.decided and len(reasons) == 1:  # one problem, said once
+        messages.error(request, f"None of the {len(members)} requests was decided: {reasons.pop()}")
+        return redirect("approvals:queue")
+    for approval, why in done.refused:
+        messages.warning(request, f"Not decided: {approval.summary} (run {approval.run_id}): {why}")
+    return redirect("approvals:queue")
 
 
 @login_required

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -32,6 +33,7 @@ from approvals.asking import (
 from approvals.core.fingerprint import Fingerprint
 from approvals.deciding import approval_decision_check, approval_decision_record
 from approvals.expiry import approval_expiry_record, approvals_due
+from approvals.groups import same_action
 from approvals.models import ApprovalRequest
 from approvals.outcomes import AlreadyDecided, Approved, Decided, Expired, Rejected, Vote
 from approvals.selectors import pending_overlapping
@@ -92,6 +94,54 @@ def approval_decide(
             ApprovalRequest.objects.select_related("decided_by").get(pk=approval.pk)
         )
     return outcome
+
+
+@dataclass(frozen=True)
+class GroupDecided:
+    """What one step over a group did: each member decided, or not and why."""
+
+    decided: list[Decided]
+    refused: list[tuple[ApprovalRequest, str]]
+
+
+def approvals_decide_group(
+    *,
+    members: Sequence[tuple[str, str]],
+    user: Any,
+    decision: str,
+    comment: str = "",
+    confirm: str = "",
+) -> GroupDecided:
+    """Decide identical requests (``approvals.groups``) in one step, with one comment:
+    ``members`` are (request id, the digest its approver was shown). Each is decided on
+    its own by :func:`approval_decide` — its own audit row, its own digest, separation of
+    duties and the typed confirmation checked for it — so one that moved, was decided by
+    someone else or is on the approver's own run is refused alone, saying why, and the
+    others still count. Members that are not all one action are refused whole."""
+    wanted = {pk: digest for pk, digest in members}
+    found = {str(a.pk): a for a in ApprovalRequest.objects.filter(pk__in=list(wanted))}
+    if not wanted or len(found) != len(wanted) or len(set(map(same_action, found.values()))) > 1:
+        raise ValidationError({"members": "These requests are not one group: decide each alone."})
+    decided: list[Decided] = []
+    refused: list[tuple[ApprovalRequest, str]] = []
+    for pk, digest in wanted.items():
+        approval = found[pk]
+        try:
+            decided.append(
+                approval_decide(
+                    approval=approval,
+                    user=user,
+                    decision=decision,
+                    comment=comment,
+                    confirm=confirm,
+                    digest=digest,
+                )
+            )
+        except ValidationError as error:
+            refused.append((approval, " ".join(error.messages)))
+        except (PermissionDenied, AlreadyDecided) as error:
+            refused.append((approval, str(error)))
+    return GroupDecided(decided, refused)
 
 
 def _decision_apply(run: Run, outcome: Decided) -> None:
