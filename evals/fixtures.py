@@ -40,7 +40,8 @@ RULE_FIELDS: Final = ("key", "tool", "decision", "path", "reason")
 @dataclass
 class Prepared:
     """A case laid out, and then what the suite learns of its run as it goes: the run, when
-    it started, how many of the case's scripted decisions were given."""
+    it started, whether the case's answers and how many of its scripted decisions were
+    given."""
 
     case: Case
     folder: Path
@@ -51,6 +52,7 @@ class Prepared:
     around: dict[str, bytes] = field(default_factory=dict)  # the case folder but its workspace
     skipped: str = ""
     started: float = 0.0
+    answered: bool = False
     decided: int = 0
     decision_error: str = ""
 

@@ -313,6 +313,7 @@ def case_data(
     )
     if snapshot.redacted:
         left_out += f" Key-like text redacted in: {', '.join(snapshot.redacted[:20])}."
+    answered = dict((run.task or {}).get("answers") or [])  # the intake's, as the run got them
     return {
         "name": name,
         "category": CATEGORY,
@@ -324,6 +325,7 @@ def case_data(
         "policy": agent.policy.name if agent.policy is not None else DEFAULT_POLICY_NAME,
         "workspace": workspace,
         "decisions": recorded_decisions(run),
+        **({"answers": answered} if answered else {}),
         "expect": expect,
         "notes": (
             f"Added from run {run.pk} ({run.status}{reason}) by {user.get_username()} on "

@@ -1,7 +1,7 @@
 """The eval runs while they run (SPEC E1): started as any run is, taken by the workers as
-any run is, their approvals answered from the case's script, waited for until each has
-ended or waits for a person, and cancelled if left waiting, so no approver is asked about
-an eval.
+any run is, their intake questions and approvals answered from the case's script, waited
+for until each has ended or waits for a person, and cancelled if left waiting, so no
+approver is asked about an eval.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness_console.roles import DECIDE
 from runs.approval_outcomes import approval_decide
 from runs.core import status as run_status
 from runs.models import Run
-from runs.services import run_cancel, run_create
+from runs.services import run_answer, run_cancel, run_create
 
 from .fixtures import EVAL_APPROVER, Prepared, eval_user
 from .loading import SuiteError
@@ -51,9 +51,9 @@ def run_settled(run: Run) -> bool:
 
 
 def runs_await(prepared: list[Prepared], case_timeout: float, claim_timeout: float) -> None:
-    """Until every run has ended or waits for a person (answering the case's scripted
-    approval decisions on the way), or its time is up. No run claimed by any worker within
-    ``claim_timeout``: no worker is running; say so."""
+    """Until every run has ended or waits for a person (giving the case's scripted intake
+    answers and approval decisions on the way), or its time is up. No run claimed by any
+    worker within ``claim_timeout``: no worker is running; say so."""
     approver = eval_user(EVAL_APPROVER, DECIDE)
     waiting = {p.run.pk: p for p in prepared if p.run is not None}
     began = time.monotonic()
@@ -66,12 +66,7 @@ def runs_await(prepared: list[Prepared], case_timeout: float, claim_timeout: flo
             claimed = claimed or run.lease_token > 0
             item = waiting[run.pk]
             timed_out = time.monotonic() - item.started > case_timeout
-            answered = (
-                not timed_out
-                and run.status == run_status.WAITING_FOR_APPROVAL
-                and run_settled(run)
-                and _decide(item, approver)
-            )
+            answered = not timed_out and run_settled(run) and _respond(item, run, approver)
             if timed_out or (run_settled(run) and not answered):
                 del waiting[run.pk]
         if not claimed and time.monotonic() - began > claim_timeout:
@@ -81,6 +76,30 @@ def runs_await(prepared: list[Prepared], case_timeout: float, claim_timeout: flo
             )
         if waiting:
             time.sleep(0.1)
+
+
+def _respond(item: Prepared, run: Run, approver: Any) -> bool:
+    """A settled run waiting for a person gets the case's scripted response, if it has one
+    left: True when the run was sent on."""
+    if run.status == run_status.WAITING_FOR_ANSWER:
+        return _answer(item)
+    return run.status == run_status.WAITING_FOR_APPROVAL and _decide(item, approver)
+
+
+def _answer(item: Prepared) -> bool:
+    """The case's answers to the intake's questions, as its requester gives them; once (a
+    run that asks again is judged waiting)."""
+    if item.answered or not item.case.answers:
+        return False
+    item.answered = True
+    assert item.run is not None  # only a started case is awaited
+    run = Run.objects.select_related("requester").get(pk=item.run.pk)
+    try:
+        run_answer(run=run, user=run.requester, answers=dict(item.case.answers))
+    except (ValidationError, PermissionDenied) as error:
+        item.decision_error = f"its scripted answers could not be given: {error}"
+        return False
+    return True
 
 
 def _decide(item: Prepared, approver: Any) -> bool:

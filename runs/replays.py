@@ -1,20 +1,22 @@
-"""Offline replay scripts (SPEC R11): recorded model turns for one exact request.
+"""Offline replay scripts (SPEC R11): recorded model turns for one request.
 
 A script is a JSON file in one of ``settings.HARNESS_REPLAY_DIRS``::
 
     {"title": "...", "request": "...", "agent": "<slug>", "workspace": "<slug>",
      "model": "claude-...", "turns": [{"stop_reason": ..., "content": [...], "usage": {...}}]}
 
-A run whose request (whitespace-normalised), agent and workspace match a script is
-answered by it and labelled "offline replay"; the task form offers the scripts as
-examples, so the demo works without a network or a key.
+A run whose agent and workspace are the script's, and whose request is the script's in
+any case and spacing (:func:`request_key`), is answered by it and labelled "offline
+replay"; the task form offers the scripts as examples, so the demo works without a network
+or a key, and a request no script answers is refused, without a key, with one sentence
+saying what does run (:func:`offline_refusal`). A script recorded after the intake's
+questions keeps their answers in ``"answers"`` (name → text), for its tests and eval case.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +38,11 @@ class ReplayScript:
     turns: int
 
 
-def normalise(request: str) -> str:
-    return re.sub(r"\s+", " ", request or "").strip()
+def request_key(request: str) -> str:
+    """What a request is matched against the recordings by: case folded, every run of
+    whitespace (line breaks, tabs, no-break spaces) one space, none at either end. So
+    "  which PORT does…" plays the recording of "Which port does…"."""
+    return " ".join((request or "").split()).casefold()
 
 
 def _load(path: Path) -> ReplayScript | None:
@@ -61,7 +66,7 @@ def _load(path: Path) -> ReplayScript | None:
     return ReplayScript(
         path=path,
         title=str(data.get("title") or fields["request"])[:200],
-        request=normalise(fields["request"]),
+        request=fields["request"].strip(),
         agent=fields["agent"],
         workspace=fields["workspace"],
         turns=len(turns),
@@ -80,12 +85,43 @@ def replay_scripts() -> list[ReplayScript]:
 
 
 def replay_for(*, agent: str, workspace: str, request: str) -> ReplayScript | None:
-    wanted = normalise(request)
+    """The script recorded for this request (in any case and spacing), agent and workspace:
+    the one place recordings are looked up."""
+    wanted = request_key(request)
     return next(
         (
             s
             for s in replay_scripts()
-            if s.agent == agent and s.workspace == workspace and s.request == wanted
+            if s.agent == agent and s.workspace == workspace and request_key(s.request) == wanted
         ),
         None,
     )
+
+
+KEY_HOWTO = (
+    "set ANTHROPIC_API_KEY in the environment of the console and its workers "
+    "(for the demo: ANTHROPIC_API_KEY=sk-ant-… make run) to send {what} to the Anthropic API"
+)
+
+
+def offline_refusal(*, agent: str, workspace: str) -> str:
+    """The one sentence a request no script answers gets when no key is set: what runs
+    offline (this agent and workspace's recorded examples, by title) and how to set a key."""
+    scripts = replay_scripts()
+    here = [s.title for s in scripts if s.agent == agent and s.workspace == workspace]
+    if here:
+        offline = "offline only the recorded examples run ({})".format(
+            ", ".join(f"“{title}”" for title in here)
+        )
+        how = KEY_HOWTO.format(what="any other request")
+    elif scripts:
+        pairs = sorted({f"{s.agent} in {s.workspace}" for s in scripts})
+        offline = (
+            "no recorded example runs offline with this agent and workspace "
+            f"(the examples are for {', '.join(pairs)})"
+        )
+        how = KEY_HOWTO.format(what="this request")
+    else:
+        offline = "no offline example is recorded (HARNESS_REPLAY_DIRS)"
+        how = KEY_HOWTO.format(what="this request")
+    return f"No model can answer this request: ANTHROPIC_API_KEY is not set, and {offline}; {how}."

@@ -26,7 +26,7 @@ from .events import run_event_append
 from .lifecycle import run_dispatch, run_fail_idle, run_transition, steps_close
 from .model_clients import model_key_set
 from .models import Run, WriteRecord
-from .replays import ReplayScript, replay_for
+from .replays import ReplayScript, offline_refusal, replay_for
 from .tools.rollback import RollbackRefused, writes_restore
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,10 @@ def run_create(
 
     The intake runs here too (it is pure and fast), so the answer to the requester already
     says the risk and what is missing; the worker repeats it as its first stages and
-    records them. A request no model can answer (no replay script matches it and no API
-    key is set) is refused before anything is stored. ``replay`` (a path) plays that
+    records them. A request a replay script was recorded for (in any case and spacing) is
+    run as the script's own text, so the intake sets the task the recording was made for; a
+    request no model can answer (no script matches it and no API key is set) is refused
+    before anything is stored, saying what runs offline. ``replay`` (a path) plays that
     script whatever the request: the eval set's cases bring their own turns.
     """
     text = (request or "").strip()
@@ -70,13 +72,10 @@ def run_create(
         )
     else:
         script = replay_for(agent=agent.slug, workspace=workspace.slug, request=text)
+        text = script.request if script else text
     if script is None and not model_key_set():
         raise ValidationError(
-            {
-                "request": "No model can answer this request: ANTHROPIC_API_KEY is not set, "
-                "and no offline replay script matches this request, agent and workspace. "
-                "Pick one of the example tasks, or set the key."
-            }
+            {"request": offline_refusal(agent=agent.slug, workspace=workspace.slug)}
         )
     try:
         task = intake(text)

@@ -1,7 +1,8 @@
 """The eval case format (SPEC E1): what a case is, as data.
 
 A case is a JSON object: its category, a workspace fixture, the request, the model turns
-the offline replay plays, and what must (and must never) happen. ``parsing.case_parse``
+the offline replay plays, the requester's answers to the intake and a person's approval
+decisions, and what must (and must never) happen. ``parsing.case_parse``
 reads one strictly into the frozen dataclasses here (an unknown key is a typo, not an
 ignored wish), so a broken case file is a clear error rather than a case that silently
 passes; ``judge.judge`` holds what a run did against them.
@@ -46,6 +47,8 @@ TOOL_STATUSES: Final = ("ok", "error", "timeout", "refused", "running")
 DECISIONS: Final = ("allow", "ask", "ask_strong", "deny")
 
 NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+ANSWER_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_]{0,63}$")  # an intake parameter's name
+MAX_ANSWER_CHARS: Final = 2_000  # what the run's answer form and API take
 MAX_FILE_BYTES: Final = 16 * 1024 * 1024
 MAX_FIXTURE_BYTES: Final = 64 * 1024 * 1024
 MAX_FILES: Final = 2_000
@@ -138,6 +141,9 @@ class Case:
     # What a person answers to each approval request of the run, in order ("approve" or
     # "reject"); a request beyond them is left waiting and the run ends waiting_for_approval.
     decisions: tuple[str, ...] = ()
+    # What the requester answers the intake's questions with (parameter name → text), given
+    # once when the run waits for an answer; without them such a run ends waiting_for_answer.
+    answers: Mapping[str, str] = field(default_factory=dict)
     model: str = "any"  # "replay": the case means something only with its recorded turns
     source: str = ""
 

@@ -15,9 +15,11 @@ from typing import Any, Final
 
 from .canaries import CANARY_MIN
 from .cases import (
+    ANSWER_NAME_RE,
     CATEGORIES,
     DECISIONS,
     EFFECTS,
+    MAX_ANSWER_CHARS,
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_FIXTURE_BYTES,
@@ -48,6 +50,7 @@ _CASE_KEYS: Final = {
     "mcp",
     "expect",
     "decisions",
+    "answers",
     "notes",
 }
 _EXPECT_KEYS: Final = {
@@ -106,6 +109,7 @@ def case_parse(data: Any, *, source: str = "") -> Case:
         policy=_policy(fields.get("policy"), _where(source, "policy")),
         mcp=_mcp(fields.get("mcp"), _where(source, "mcp")),
         decisions=decisions,
+        answers=_answers(fields.get("answers"), _where(source, "answers")),
         model=model,
         source=source,
     )
@@ -318,6 +322,21 @@ def _turns(value: Any, where: str, *, required: bool) -> tuple[Mapping[str, Any]
             ):
                 raise CaseError(f"{where}[{i}]: a tool_use needs an id, a name and an input")
     return tuple(value)
+
+
+def _answers(value: Any, where: str) -> dict[str, str]:
+    """The requester's answers to the intake's questions: parameter name → text, as the
+    answer form and the API take them."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise CaseError(f"{where} must map each asked parameter's name to its answer")
+    answers = {}
+    for name, text in value.items():
+        if not ANSWER_NAME_RE.fullmatch(name):
+            raise CaseError(f"{where}: {name!r} is not a parameter name")
+        answers[name] = checked_text(text, f"{where}.{name}", limit=MAX_ANSWER_CHARS)
+    return answers
 
 
 def _agent(value: Any, where: str) -> AgentSpec:

@@ -3,7 +3,9 @@ well-formedness, Markdown structure (closed code fences) and broken internal lin
 
 from __future__ import annotations
 
+import contextlib
 import json
+import posixpath
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -91,10 +93,15 @@ def _links(text: str, path: str, root: Path) -> list[Problem]:
             relative = target.split("#", 1)[0]
             if not relative:
                 continue
-            joined = (folder / relative).as_posix()
-            try:
-                resolved = resolve_in_workspace(root, joined)
-            except PathRefused:
+            # A link is a URL: "../README.md" from docs/ is the root's README, resolved by
+            # its text as a reader's browser does; only then is the file looked up (where a
+            # path holding ".." is refused outright).
+            joined = posixpath.normpath((folder / relative).as_posix())
+            resolved = None
+            if joined != ".." and not joined.startswith("../"):
+                with contextlib.suppress(PathRefused):
+                    resolved = resolve_in_workspace(root, joined)
+            if resolved is None:
                 problems.append(
                     {"line": number, "message": f"link {target} leads outside the workspace"}
                 )
