@@ -199,6 +199,10 @@ def _turns(run: Run) -> dict[str, Any]:
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id)
     events = list(run.events.order_by("-seq")[:TIMELINE_LIMIT])[::-1]
+    # The run as it is now, read after its events: a page that read the run first could
+    # show an older status beside a newer last event, and the live feed (which sends what
+    # follows that event) would never correct it.
+    run.refresh_from_db()
     return render(
         request,
         "runs/detail.html",

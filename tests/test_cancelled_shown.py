@@ -119,3 +119,19 @@ def test_a_dashboard_link_by_outcome_lists_what_it_counts(
     client.force_login(personas.ops)
     html = client.get(reverse("runs:list"), {"status": status}).content.decode()
     assert 'data-total="1"' in html
+
+
+def test_the_run_page_shows_the_status_as_of_its_last_event(
+    client, personas, agent, workspace, monkeypatch
+):
+    """The run read before the worker's last change (a stale row beside newer events) is
+    read again: the page never shows an old status that the live feed would not correct."""
+    import runs.views
+
+    run = finished_runs(personas, agent, workspace)["failed"]
+    stale = Run.objects.get(pk=run.pk)
+    stale.status = "running"  # as a read before the worker's last checkpoint saw it
+    monkeypatch.setattr(runs.views, "run_get_for_user", lambda **_kwargs: stale)
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert '<span id="run-status" class="status status-failed">failed</span>' in page
