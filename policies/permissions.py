@@ -103,17 +103,6 @@ def policy_decision_digest(row: PolicyRow) -> str:
     return decision_digest(policy, approvals_required=stored.l3_approvals_required)
 
 
-def policy_record_edit(*, policy: PolicyRow, before: str) -> bool:
-    """After an edit of a policy or its rules, saved: a new version (which approvals bind
-    to, B16) only when what it decides changed from ``before`` (its digest read before the
-    save); an edit of wording or of the order of rules that never meet keeps the version,
-    so no pending request is invalidated for it. True when the version moved."""
-    if before and policy_decision_digest(policy) == before:
-        return False
-    policy_bump_version(policy=policy)
-    return True
-
-
 def policy_bump_version(*, policy: PolicyRow) -> None:
     """A new version, which decisions record and approvals bind to, marked on the
     dashboards' time axis (PolicyChange)."""

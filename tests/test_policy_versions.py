@@ -268,3 +268,81 @@ def test_a_wording_edit_leaves_a_pending_request_valid_and_a_decision_edit_does_
     assert approval.status == ApprovalRequest.Status.APPROVED, approval.status_reason
     assert run.status == "completed", run.failure_reason
     assert not (workspace.root_path / "docs" / "old-faq.md").exists()
+
+
+# --- revisions: author, note, diff, restore ----------------------------------------------------
+def test_every_saved_edit_is_a_revision_with_its_author_and_note(admin_client, admin_user, team):
+    from policies.models import PolicyRevision
+
+    url = reverse("admin:policies_policy_change", args=[team.pk])
+    admin_client.post(url, {**edit_form(team, drafts="reworded"), "change_note": "clearer"})
+    admin_client.post(
+        url, {**edit_form(team, **{"decision:drafts": "allow"}), "change_note": "drafts free"}
+    )
+    revisions = list(PolicyRevision.objects.filter(policy=team).order_by("number"))
+    assert [(r.number, r.decision_version, r.note) for r in revisions] == [
+        (1, 1, "clearer"),
+        (2, 2, "drafts free"),
+    ]
+    assert {r.author for r in revisions} == {admin_user}
+    page = admin_client.get(
+        reverse("admin:policies_policyrevision_change", args=[revisions[1].pk])
+    ).content.decode()
+    assert "-rule 20 drafts: createDraft (any path) → ask — reworded" in page
+    assert "+rule 20 drafts: createDraft (any path) → allow — reworded" in page
+    edit = admin_client.get(url).content.decode()
+    assert "2 revisions (author, note, diff, restore)" in edit
+
+
+def test_two_revisions_compare_and_an_old_one_is_restored_as_a_new_edit(admin_client, team):
+    from policies.models import PolicyRevision
+
+    url = reverse("admin:policies_policy_change", args=[team.pk])
+    admin_client.post(url, {**edit_form(team), "change_note": "first look"})
+    admin_client.post(url, edit_form(team, **{"decision:drafts": "allow"}))
+    admin_client.post(url, edit_form(team, drafts="anything goes"))
+    first, second, third = PolicyRevision.objects.filter(policy=team).order_by("number")
+    compared = admin_client.get(
+        reverse("admin:policies_policyrevision_compare", args=[third.pk]), {"against": first.pk}
+    ).content.decode()
+    assert "-rule 20 drafts: createDraft (any path) → ask — look" in compared
+    assert "+rule 20 drafts: createDraft (any path) → allow — anything goes" in compared
+    restore = reverse("admin:policies_policyrevision_restore", args=[first.pk])
+    preview = admin_client.get(restore).content.decode()
+    assert "+rule 20 drafts: createDraft (any path) → ask — look" in preview
+    team.refresh_from_db()
+    assert team.version == 2  # the preview changed nothing
+    admin_client.post(restore)
+    team.refresh_from_db()
+    assert team.version == 3  # ask again: a decision moved
+    drafts = team.rules.get(key="drafts")
+    assert (drafts.decision, drafts.reason) == ("ask", "look")
+    restored = PolicyRevision.objects.filter(policy=team).order_by("-number").first()
+    assert (restored.number, restored.restored_from, restored.note) == (
+        4,
+        first,
+        "restored revision 1",
+    )
+    assert restored.snapshot["rules"] == first.snapshot["rules"]
+
+
+@pytest.mark.django_db
+def test_every_policy_that_was_there_has_its_first_revision():
+    from policies.models import PolicyRevision
+
+    default = PolicyRow.objects.get(name="default")
+    first = PolicyRevision.objects.get(policy=default, number=1)
+    assert first.note == "as it was when revisions began"
+    assert len(first.snapshot["rules"]) == default.rules.count() > 0
+
+
+@pytest.mark.parametrize("who", ["approver", "operator", "ops"])
+def test_only_admins_restore_a_revision(client, personas, team, who):
+    from policies.models import PolicyRevision
+    from policies.policy_revisions import revision_record
+
+    revision = revision_record(policy=team, note="x")
+    client.force_login(getattr(personas, who))
+    response = client.post(reverse("admin:policies_policyrevision_restore", args=[revision.pk]))
+    assert response.status_code in (302, 403)
+    assert PolicyRevision.objects.filter(policy=team).count() == 1

@@ -1,5 +1,6 @@
-"""The policies app's admin, in four modules: agents and workspaces, context configuration,
-permissions/tools and hook bindings. Importing them registers their model admins."""
+"""The policies app's admin, in five modules: agents and workspaces, context configuration,
+permissions/tools, policy revisions and hook bindings. Importing them registers their
+model admins."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from .agents import AgentAdmin, WorkspaceAdmin
 from .context import BusinessRuleInline, InstructionVersionAdmin, LayerConfigInline
 from .hooks import HookBindingAdmin
 from .permissions import McpServerAdmin, PolicyAdmin, ToolDefinitionAdmin
+from .policy_revisions import PolicyRevisionAdmin
 
 __all__ = [
     "AgentAdmin",
@@ -16,6 +18,7 @@ __all__ = [
     "LayerConfigInline",
     "McpServerAdmin",
     "PolicyAdmin",
+    "PolicyRevisionAdmin",
     "ToolDefinitionAdmin",
     "WorkspaceAdmin",
 ]

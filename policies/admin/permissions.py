@@ -36,9 +36,9 @@ from ..permissions import (
     permission_check,
     policy_decision_digest,
     policy_from_row,
-    policy_record_edit,
     verdict_report,
 )
+from ..policy_revisions import policy_record_edit, revision_record
 from ..simulation import pending_bound, policy_edit_effect
 
 
@@ -103,13 +103,47 @@ class PolicyTestForm(forms.Form):
 _DECIDED_BEFORE = "_harness_decided_before"
 
 
+class PolicyForm(forms.ModelForm):
+    change_note = forms.CharField(
+        label="Note on this change",
+        required=False,
+        max_length=200,
+        help_text="What changed and why: kept with the revision in the policy's history.",
+    )
+
+    class Meta:
+        model = Policy
+        fields = (
+            "name",
+            "description",
+            "ceiling",
+            "approval_expiry_minutes",
+            "approval_reminder_minutes",
+            "l3_approvals_required",
+        )
+
+
 @admin.register(Policy)
 class PolicyAdmin(HidesEvalRows):
+    form = PolicyForm
     change_form_template = "admin/policies/policy_change_form.html"
     list_display = ("name", "ceiling", "version", "updated_at", "test_link")
-    readonly_fields = ("version", "test_link")
+    readonly_fields = ("version", "test_link", "history_link")
     fieldsets = [
-        (None, {"fields": ("name", "description", "ceiling", "version", "test_link")}),
+        (
+            None,
+            {
+                "fields": (
+                    "name",
+                    "description",
+                    "ceiling",
+                    "version",
+                    "history_link",
+                    "test_link",
+                    "change_note",
+                )
+            },
+        ),
         (
             "Approvals",
             {
@@ -132,6 +166,19 @@ class PolicyAdmin(HidesEvalRows):
             reverse("admin:policies_policy_test", args=[obj.pk]),
         )
 
+    @admin.display(description="History")
+    def history_link(self, obj: Policy) -> str:
+        if obj.pk is None:
+            return "—"
+        count = obj.revisions.count()
+        return format_html(
+            '<a href="{}?policy__id__exact={}">{} revision{} (author, note, diff, restore)</a>',
+            reverse("admin:policies_policyrevision_changelist"),
+            obj.pk,
+            count,
+            "" if count == 1 else "s",
+        )
+
     def save_model(self, request: HttpRequest, obj: Policy, form: Any, change: bool) -> None:
         # What the policy decided before this save, for ``save_related`` to compare; kept
         # on the instance (the admin object is shared by every request).
@@ -140,9 +187,14 @@ class PolicyAdmin(HidesEvalRows):
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
-        if change and (form.has_changed() or any(f.has_changed() for f in formsets)):
+        note = form.cleaned_data.get("change_note", "")
+        if not change:
+            revision_record(policy=form.instance, author=request.user, note=note or "created")
+        elif form.has_changed() or any(f.has_changed() for f in formsets):
             before = getattr(form.instance, _DECIDED_BEFORE, "")
-            moved = policy_record_edit(policy=form.instance, before=before)
+            moved, _ = policy_record_edit(
+                policy=form.instance, before=before, author=request.user, note=note
+            )
             if not moved:
                 messages.info(
                     request,

@@ -9,7 +9,7 @@ from .agents import SLUG_VALIDATOR, Agent, Workspace
 from .context import BusinessRule, InstructionVersion, LayerConfig
 from .eval_traffic import EvalAware, EvalTraffic
 from .hooks import HookBinding
-from .permissions import Policy, PolicyChange, PolicyRule
+from .permissions import Policy, PolicyChange, PolicyRevision, PolicyRule
 from .tools import McpServer, ToolDefinition
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "McpServer",
     "Policy",
     "PolicyChange",
+    "PolicyRevision",
     "PolicyRule",
     "ToolDefinition",
     "Workspace",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from wcmatch import glob
@@ -196,3 +197,39 @@ def rule_limits(
         weekly(days_of(days), start, end, zone or "UTC", dates_of(excluded)) if has_window else None
     )
     return RuleLimits(window, outside, per_minute, scope, over)  # type: ignore[arg-type]
+
+
+class PolicyRevision(EvalAware):
+    """One saved state of a policy, with who saved it and why (B16): every edit makes one,
+    whether or not it changed a decision (``decision_version`` is the version approvals
+    bind to as of this revision). A snapshot of the whole policy, never rewritten, so any
+    two can be compared and any one restored."""
+
+    EVAL_FLAG = "policy__for_evals"
+
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    decision_version = models.PositiveIntegerField()
+    snapshot = models.JSONField()  # policies.policy_revisions.snapshot_of
+    note = models.CharField(max_length=200, blank=True, help_text="What changed and why.")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    restored_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="restorations"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["policy", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["policy", "number"], name="policy_revision_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy.name} revision {self.number} (v{self.decision_version})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ValueError("Policy revisions are never rewritten; save a new one.")
+        super().save(*args, **kwargs)
