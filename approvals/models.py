@@ -207,3 +207,26 @@ class ApprovalDecision(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise ImmutableRecord("A recorded decision cannot be deleted.")
+
+
+class ApprovalLinkUse(models.Model):
+    """A decide-from-anywhere link that was used (issue 18, B14): the link's nonce, hashed,
+    is unique, so a link decides once. The row is written in the transaction of the
+    decision it carried: a decision that fails leaves the link usable, and of two
+    concurrent uses the second waits on the first's row and is refused."""
+
+    nonce_hash = models.CharField(max_length=64, unique=True)  # sha256 of the link's nonce
+    approval = models.ForeignKey(
+        ApprovalRequest, on_delete=models.PROTECT, related_name="link_uses"
+    )
+    decision = models.CharField(max_length=8, choices=ApprovalDecision.Decision)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_link_uses"
+    )
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["used_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.decision} link for {self.approval_id} used by {self.user_id}"

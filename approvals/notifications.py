@@ -20,8 +20,10 @@ from django.contrib.auth.models import Permission
 from django.core.mail import EmailMessage, mailers
 from django.db.models import Q
 from django.urls import reverse
+from django.utils import timezone
 
 from .core.risk import LEVELS
+from .links import link_token_make
 from .models import ApprovalRequest
 
 logger = logging.getLogger(__name__)
@@ -82,8 +84,9 @@ def approval_email_send(*, approval_id: Any, event: str) -> int:
     if not recipients:
         return 0
     subject, body = _email_text(approval, event)
+    # Each message its own links (fresh nonces): one approver's use leaves the others'.
     messages = [
-        EmailMessage(subject, body, settings.DEFAULT_FROM_EMAIL, [address])
+        EmailMessage(subject, body + _email_links(approval), settings.DEFAULT_FROM_EMAIL, [address])
         for address in recipients
     ]
     return mailers.default.send_messages(messages) or 0
@@ -131,6 +134,7 @@ def webhook_body(approval: ApprovalRequest, event: str) -> dict[str, Any]:
         "approval": {
             "id": str(approval.pk),
             "url": _url(approval),
+            **decide_urls(approval),
             "kind": approval.kind,
             "tool": approval.tool,
             "paths": approval.paths,
@@ -178,6 +182,32 @@ def _email_text(approval: ApprovalRequest, event: str) -> tuple[str, str]:
     # lines, and a folded link cannot be copied from a log or a plain-text reader.
     lines += ["", "Review it:", _url(approval)]
     return subject, "\n".join(lines) + "\n"
+
+
+def decide_urls(approval: ApprovalRequest) -> dict[str, str | None]:
+    """Signed single-use links to approve or reject from anywhere (issue 18, B14); each
+    opens a confirmation page, never decides by itself. None once the deadline passed
+    (the sweep may not have expired the request yet): a link that cannot work is not sent."""
+    if approval.expires_at is not None and approval.expires_at <= timezone.now():
+        return {"approve_url": None, "reject_url": None}
+    return {
+        f"{decision}_url": settings.HARNESS_BASE_URL
+        + reverse("approvals:link", args=[link_token_make(approval=approval, decision=decision)])
+        for decision in ("approve", "reject")
+    }
+
+
+def _email_links(approval: ApprovalRequest) -> str:
+    """The email's decide links, each on a line of its own (longer than a mail line
+    should be: a signed token), or nothing once the deadline passed."""
+    urls = decide_urls(approval)
+    if urls["approve_url"] is None:
+        return ""
+    return (
+        "\nDecide from here (each link opens a confirmation page and works once):\n"
+        f"Approve: {urls['approve_url']}\n"
+        f"Reject: {urls['reject_url']}\n"
+    )
 
 
 def _url(approval: ApprovalRequest) -> str:
