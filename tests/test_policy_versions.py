@@ -301,7 +301,7 @@ def test_two_revisions_compare_and_an_old_one_is_restored_as_a_new_edit(admin_cl
     admin_client.post(url, {**edit_form(team), "change_note": "first look"})
     admin_client.post(url, edit_form(team, **{"decision:drafts": "allow"}))
     admin_client.post(url, edit_form(team, drafts="anything goes"))
-    first, second, third = PolicyRevision.objects.filter(policy=team).order_by("number")
+    first, _second, third = PolicyRevision.objects.filter(policy=team).order_by("number")
     compared = admin_client.get(
         reverse("admin:policies_policyrevision_compare", args=[third.pk]), {"against": first.pk}
     ).content.decode()
