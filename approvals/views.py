@@ -20,7 +20,8 @@ from django.views.decorators.http import require_http_methods
 from harness_console.roles import may_decide
 from harness_console.web.fragments import wants_fragment
 from harness_console.web.redirects import safe_next
-from policies.models import Agent
+from policies.models import Agent, PolicyChangeRequest
+from policies.policy_changes import may_decide_policy_changes
 from runs.approval_outcomes import approval_decide, approvals_decide_group
 
 from .core.patch import diff_rows
@@ -116,6 +117,13 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         "agents": agents,
         "sorts": list(SORTS),
     }
+    if not fragment and may_decide_policy_changes(user):  # the second admin's part (B16)
+        context["policy_changes"] = list(
+            PolicyChangeRequest.objects.without_evals()
+            .filter(status=PolicyChangeRequest.Status.PENDING)
+            .select_related("policy", "author")
+            .order_by("created_at")[:QUEUE_LIMIT]
+        )
     template = "approvals/queue_table.html" if fragment else "approvals/queue.html"
     return render(request, template, context)
 

@@ -25,6 +25,7 @@ POLICY_FIELDS = (
     "approval_expiry_minutes",
     "approval_reminder_minutes",
     "l3_approvals_required",
+    "changes_need_second_admin",
 )
 RULE_FIELDS = ("order", "key", "tool", "path", "decision", "reason", *LIMIT_FIELDS)
 
@@ -95,22 +96,31 @@ def revisions_diff(old: PolicyRevision | None, new: PolicyRevision) -> str:
     return text_diff(before, revision_text(new), label, f"revision {new.number}") or "(no change)"
 
 
+def snapshot_write(policy: PolicyRow, snapshot: dict[str, Any]) -> None:
+    """Make the stored policy what ``snapshot`` says: its settings and its rules. Inside
+    the caller's transaction; the caller records the edit (``policy_record_edit``)."""
+    PolicyRow.objects.filter(pk=policy.pk).update(
+        **{name: snapshot[name] for name in POLICY_FIELDS if name in snapshot}
+    )
+    PolicyRule.objects.filter(policy=policy).delete()
+    PolicyRule.objects.bulk_create(
+        PolicyRule(policy=policy, **{k: v for k, v in rule.items() if k in RULE_FIELDS})
+        for rule in snapshot.get("rules", [])
+    )
+    config_changed()  # bulk_create sends no signal
+    policy.refresh_from_db()
+
+
 def revision_restore(*, revision: PolicyRevision, author: Any) -> PolicyRevision:
-    """Write ``revision`` back as the policy's current state: its settings and its rules,
-    then record the edit as any other (a new decision version only if a decision moved)."""
+    """Write ``revision`` back as the policy's current state, then record the edit as any
+    other (a new decision version only if a decision moved). A policy whose changes need a
+    second admin is not restored here: the caller proposes the restore instead."""
     policy, snapshot = revision.policy, revision.snapshot
+    if policy.changes_need_second_admin:
+        raise ValueError("This policy's changes need a second admin: propose the restore.")
     with transaction.atomic():
         before = policy_decision_digest(policy)
-        PolicyRow.objects.filter(pk=policy.pk).update(
-            **{name: snapshot[name] for name in POLICY_FIELDS if name in snapshot}
-        )
-        PolicyRule.objects.filter(policy=policy).delete()
-        PolicyRule.objects.bulk_create(
-            PolicyRule(policy=policy, **{k: v for k, v in rule.items() if k in RULE_FIELDS})
-            for rule in snapshot.get("rules", [])
-        )
-        config_changed()  # bulk_create sends no signal
-        policy.refresh_from_db()
+        snapshot_write(policy, snapshot)
         _moved, restored = policy_record_edit(
             policy=policy,
             before=before,

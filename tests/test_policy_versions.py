@@ -346,3 +346,88 @@ def test_only_admins_restore_a_revision(client, personas, team, who):
     response = client.post(reverse("admin:policies_policyrevision_restore", args=[revision.pk]))
     assert response.status_code in (302, 403)
     assert PolicyRevision.objects.filter(policy=team).count() == 1
+
+
+# --- changes that need a second admin ---------------------------------------------------------
+@pytest.fixture
+def guarded(team):
+    PolicyRow.objects.filter(pk=team.pk).update(changes_need_second_admin=True)
+    team.refresh_from_db()
+    return team
+
+
+def propose(admin_client, policy, **changes):
+    from policies.models import PolicyChangeRequest
+
+    data = edit_form(policy, **changes)
+    data["changes_need_second_admin"] = "on" if policy.changes_need_second_admin else ""
+    data.update(changes.pop("extra", {}))
+    response = admin_client.post(
+        reverse("admin:policies_policy_change", args=[policy.pk]), data, follow=True
+    )
+    return response, PolicyChangeRequest.objects.filter(policy=policy).order_by("-pk").first()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_guarded_policy_takes_an_edit_only_once_a_second_admin_approves(
+    admin_client, admin_user, client, personas, guarded
+):
+    response, change = propose(admin_client, guarded, **{"decision:drafts": "allow"})
+    html = response.content.decode()
+    assert "your edit is proposed, not applied" in html
+    assert "-rule 20 drafts: createDraft (any path) → ask — look" in html
+    assert "+rule 20 drafts: createDraft (any path) → allow — look" in html
+    assert 'id="policy-change-own"' in html and 'id="policy-change-decide"' not in html
+    assert "this change would decide <strong>0</strong> differently" in html  # the simulator
+    guarded.refresh_from_db()
+    assert guarded.version == 1 and guarded.rules.get(key="drafts").decision == "ask"
+    # The author cannot decide their own change, even by posting.
+    decide = reverse("admin:policies_policychangerequest_decide", args=[change.pk])
+    assert admin_client.post(decide, {"decision": "approve"}).status_code == 403
+    change.refresh_from_db()
+    assert change.status == "pending"
+    # A second admin sees it in the approval queue, and approves it.
+    client.force_login(personas.admin)
+    queue = client.get(reverse("approvals:queue")).content.decode()
+    assert f'data-policy-change="{change.pk}"' in queue
+    assert client.post(decide, {"decision": "reject"}).status_code == 302  # no reason: refused
+    change.refresh_from_db()
+    assert change.status == "pending"
+    client.post(decide, {"decision": "approve"})
+    change.refresh_from_db()
+    guarded.refresh_from_db()
+    assert (change.status, change.decided_by) == ("approved", personas.admin)
+    assert guarded.version == 2 and guarded.rules.get(key="drafts").decision == "allow"
+    latest = guarded.revisions.order_by("-number").first()
+    assert latest.author == admin_user
+    assert latest.note.endswith(f"(approved by {personas.admin.get_username()})")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proposal_the_policy_moved_past_is_stale(admin_client, client, personas, guarded):
+    _, first = propose(admin_client, guarded, **{"decision:drafts": "allow"})
+    _, second = propose(admin_client, guarded, drafts="reworded only")
+    client.force_login(personas.admin)
+    client.post(
+        reverse("admin:policies_policychangerequest_decide", args=[first.pk]),
+        {"decision": "approve"},
+    )
+    response = client.post(
+        reverse("admin:policies_policychangerequest_decide", args=[second.pk]),
+        {"decision": "approve"},
+        follow=True,
+    )
+    assert "it is stale" in response.content.decode()
+    second.refresh_from_db()
+    guarded.refresh_from_db()
+    assert second.status == "stale"
+    assert guarded.rules.get(key="drafts").reason == "look"  # the stale one wrote nothing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_switching_the_guard_off_is_itself_a_change_for_a_second_admin(admin_client, guarded):
+    data_off = {"extra": {"changes_need_second_admin": ""}}
+    _, change = propose(admin_client, guarded, **data_off)
+    guarded.refresh_from_db()
+    assert guarded.changes_need_second_admin and change.status == "pending"
+    assert change.snapshot["changes_need_second_admin"] is False

@@ -1,6 +1,6 @@
-"""The policies app's admin, in five modules: agents and workspaces, context configuration,
-permissions/tools, policy revisions and hook bindings. Importing them registers their
-model admins."""
+"""The policies app's admin, in six modules: agents and workspaces, context configuration,
+permissions/tools, policy revisions and changes, and hook bindings. Importing them
+registers their model admins."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from .agents import AgentAdmin, WorkspaceAdmin
 from .context import BusinessRuleInline, InstructionVersionAdmin, LayerConfigInline
 from .hooks import HookBindingAdmin
 from .permissions import McpServerAdmin, PolicyAdmin, ToolDefinitionAdmin
+from .policy_changes import PolicyChangeRequestAdmin
 from .policy_revisions import PolicyRevisionAdmin
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "LayerConfigInline",
     "McpServerAdmin",
     "PolicyAdmin",
+    "PolicyChangeRequestAdmin",
     "PolicyRevisionAdmin",
     "ToolDefinitionAdmin",
     "WorkspaceAdmin",

@@ -3,6 +3,7 @@ simulator; the tool registry; the MCP whitelist."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django import forms
@@ -10,7 +11,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.forms.formsets import all_valid
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -38,7 +39,8 @@ from ..permissions import (
     policy_from_row,
     verdict_report,
 )
-from ..policy_revisions import policy_record_edit, revision_record
+from ..policy_changes import policy_change_propose
+from ..policy_revisions import POLICY_FIELDS, RULE_FIELDS, policy_record_edit, revision_record
 from ..simulation import pending_bound, policy_edit_effect
 
 
@@ -120,6 +122,7 @@ class PolicyForm(forms.ModelForm):
             "approval_expiry_minutes",
             "approval_reminder_minutes",
             "l3_approvals_required",
+            "changes_need_second_admin",
         )
 
 
@@ -151,6 +154,7 @@ class PolicyAdmin(HidesEvalRows):
                     "approval_expiry_minutes",
                     "approval_reminder_minutes",
                     "l3_approvals_required",
+                    "changes_need_second_admin",
                 )
             },
         ),
@@ -212,10 +216,62 @@ class PolicyAdmin(HidesEvalRows):
         if request.method == "POST" and "_simulate" in request.POST and object_id:
             return self.simulate_view(request, object_id)
         row = self.get_object(request, object_id) if object_id else None
+        if request.method == "POST" and row is not None and row.changes_need_second_admin:
+            proposed = self.propose_view(request, row)
+            if proposed is not None:
+                return proposed  # else the form has errors: the page shows them
         if row is not None:
             count, _ = pending_bound(row)
             extra_context = {**(extra_context or {}), "pending_bound_count": count}
         return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def _posted(self, request: HttpRequest, row: Policy) -> tuple[Any, list[Any], bool]:
+        """The policy form and the rules' formsets as posted, and whether all are valid
+        (ModelAdmin's own formset builder: the rules as the form posted them)."""
+        form = self.get_form(request, row, change=True)(request.POST, instance=row)
+        formsets, _ = self._create_formsets(request, row, change=True)  # type: ignore[attr-defined]
+        return form, formsets, form.is_valid() and all_valid(formsets)
+
+    def propose_view(self, request: HttpRequest, row: Policy) -> HttpResponse | None:
+        """A policy whose changes need a second admin takes no edit at once: the posted
+        edit becomes a proposal (B16), and the policy is left as it is. None when the form
+        has errors, for the admin's own page to show them."""
+        if not self.has_change_permission(request, row):
+            raise PermissionDenied("Your role may not edit policies.")
+        form, formsets, valid = self._posted(request, row)
+        if not valid:
+            return None
+        rules = [
+            {
+                name: value.isoformat() if isinstance(value, dt.time) else value
+                for name, value in ((n, f.cleaned_data.get(n)) for n in RULE_FIELDS)
+            }
+            for f in sorted(
+                (
+                    f
+                    for f in formsets[0].forms
+                    if f.cleaned_data and not f.cleaned_data.get("DELETE")
+                ),
+                key=lambda f: f.cleaned_data["order"],
+            )
+        ]
+        for rule in rules:
+            rule["path"], rule["reason"] = rule["path"] or "", rule["reason"] or ""
+        snapshot = {name: form.cleaned_data[name] for name in POLICY_FIELDS} | {"rules": rules}
+        change = policy_change_propose(
+            policy=row,
+            snapshot=snapshot,
+            author=request.user,
+            note=form.cleaned_data.get("change_note", ""),
+        )
+        messages.info(
+            request,
+            f"{row.name}'s changes need a second admin: your edit is proposed, not applied. "
+            "Another admin approves or rejects it from the approval queue.",
+        )
+        return HttpResponseRedirect(
+            reverse("admin:policies_policychangerequest_change", args=[change.pk])
+        )
 
     def simulate_view(self, request: HttpRequest, object_id: Any) -> HttpResponse:
         """The edit in the form, decided against recent calls, and nothing saved."""
@@ -223,16 +279,14 @@ class PolicyAdmin(HidesEvalRows):
         if row is None or not self.has_change_permission(request, row):
             raise PermissionDenied("Your role may not edit policies.")
         current = policy_from_row(row)
-        form = self.get_form(request, row, change=True)(request.POST, instance=row)
-        # ModelAdmin's own formset builder: the rules as the form posted them.
-        formsets, _ = self._create_formsets(request, row, change=True)  # type: ignore[attr-defined]
+        form, formsets, valid = self._posted(request, row)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": f"What this edit of {current.name} would change",
             "policy": row,
         }
-        if form.is_valid() and all_valid(formsets):
+        if valid:
             # Each form's instance holds its posted fields (the model form put them there).
             forms_in_order = sorted(
                 (

@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from harness_console.web.admin import HidesEvalRows
 
 from ..models import Policy, PolicyRevision
+from ..policy_changes import policy_change_propose
 from ..policy_revisions import revision_restore, revision_text, revisions_diff
 
 
@@ -91,6 +92,21 @@ class PolicyRevisionAdmin(HidesEvalRows):
         revision = get_object_or_404(PolicyRevision, pk=pk)
         if not self.admin_site._registry[Policy].has_change_permission(request, revision.policy):
             raise PermissionDenied("Your role may not edit policies.")
+        if request.method == "POST" and revision.policy.changes_need_second_admin:
+            change = policy_change_propose(
+                policy=revision.policy,
+                snapshot=revision.snapshot,
+                author=request.user,
+                note=f"restore revision {revision.number}",
+            )
+            self.message_user(
+                request,
+                f"{revision.policy}'s changes need a second admin: the restore is proposed, "
+                "not applied.",
+            )
+            return HttpResponseRedirect(
+                reverse("admin:policies_policychangerequest_change", args=[change.pk])
+            )
         if request.method == "POST":
             restored = revision_restore(revision=revision, author=request.user)
             self.message_user(

@@ -10,6 +10,7 @@ from .context import BusinessRule, InstructionVersion, LayerConfig
 from .eval_traffic import EvalAware, EvalTraffic
 from .hooks import HookBinding
 from .permissions import Policy, PolicyChange, PolicyRevision, PolicyRule
+from .policy_changes import PolicyChangeRequest
 from .tools import McpServer, ToolDefinition
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "McpServer",
     "Policy",
     "PolicyChange",
+    "PolicyChangeRequest",
     "PolicyRevision",
     "PolicyRule",
     "ToolDefinition",

@@ -49,6 +49,12 @@ class Policy(EvalAware):
         editable=False,
         help_text="Made by the eval set for one case's rules; never offered to agents.",
     )
+    changes_need_second_admin = models.BooleanField(
+        "changes need a second admin",
+        default=False,
+        help_text="An edit takes effect only once another admin approves it (in the "
+        "approval queue, as a policy change); its author cannot approve it.",
+    )
     l3_approvals_required = models.PositiveSmallIntegerField(
         "approvers for L3 actions",
         default=1,
