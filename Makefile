@@ -6,6 +6,9 @@ PYTHON ?= $(shell PYENV_VERSION=$$(cat .python-version) pyenv which python 2>/de
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Where `make run` serves: `make run PORT=8100 HOST=0.0.0.0`.
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
 .PHONY: run test install lint system-packages evals
 
@@ -23,7 +26,7 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) manage.py migrate_all --verbosity 0
 	$(PY) manage.py seed_demo
-	$(PY) manage.py serve
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 # Debian packages the tests need: chromium (browser tests) and bubblewrap (the shell sandbox);
 # prometheus for its promtool (deploy/'s rules and config), without the node exporter it

@@ -42,6 +42,7 @@ from .run_filters import (
 )
 from .selectors import run_get_for_user
 from .services import (
+    MAX_REQUEST_CHARS,
     run_answer,
     run_cancel,
     run_create,
@@ -122,7 +123,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "runs/new.html",
-        {"form": form, "examples": _examples(), "has_key": model_key_set()},
+        {
+            "form": form,
+            "examples": _examples(),
+            "has_key": model_key_set(),
+            "max_request_chars": MAX_REQUEST_CHARS,
+        },
         status=status,
     )
 

@@ -66,3 +66,29 @@ def test_ctrl_c_stops_web_workers_and_beat_cleanly(tmp_path):
     finally:
         if serve.poll() is None:
             serve.kill()
+
+
+def test_make_run_serves_where_it_is_told_and_links_follow_the_served_address(monkeypatch):
+    from harness_console.management.commands.serve import child_environment, served_base_url
+
+    dry = subprocess.run(
+        ["make", "-n", "run", "PORT=8100", "HOST=0.0.0.0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "manage.py serve --host 0.0.0.0 --port 8100" in dry
+    default = subprocess.run(
+        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "manage.py serve --host 127.0.0.1 --port 8000" in default
+    anywhere = "0.0.0.0"  # noqa: S104 -- every interface: a value tested, not bound to
+    assert served_base_url(anywhere, 8100) == "http://127.0.0.1:8100"
+    assert served_base_url("192.168.1.7", 8000) == "http://192.168.1.7:8000"
+    assert served_base_url("::", 8000) == "http://[::1]:8000"
+    assert served_base_url("fe80::1", 8000) == "http://[fe80::1]:8000"
+    monkeypatch.delenv("HARNESS_BASE_URL", raising=False)
+    assert child_environment(anywhere, 8100)["HARNESS_BASE_URL"] == "http://127.0.0.1:8100"
+    monkeypatch.setenv("HARNESS_BASE_URL", "https://console.example.com")  # behind a proxy
+    assert child_environment(anywhere, 8100)["HARNESS_BASE_URL"] == "https://console.example.com"

@@ -82,6 +82,24 @@ def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[st
     }
 
 
+def served_base_url(host: str, port: int) -> str:
+    """Where the console is reached when served on ``host:port``: an address that listens on
+    every interface is reached on this machine at 127.0.0.1; an IPv6 one in brackets."""
+    every_interface = ("", "0.0.0.0")  # noqa: S104 -- recognised, not bound to
+    shown = "127.0.0.1" if host in every_interface else ("[::1]" if host == "::" else host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+def child_environment(host: str, port: int) -> dict[str, str]:
+    """The children's environment: links in emails and webhooks follow the served address
+    unless ``HARNESS_BASE_URL`` already says where the console is reached (behind a proxy)."""
+    env = dict(os.environ)
+    env.setdefault("HARNESS_BASE_URL", served_base_url(host, port))
+    return env
+
+
 class Command(BaseCommand):
     help = (
         "Run the console: daphne on HOST:PORT, the run worker, the housekeeping worker and "
@@ -93,8 +111,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        env = child_environment(host, port)
         children = {
-            name: subprocess.Popen(argv, start_new_session=True)
+            name: subprocess.Popen(argv, start_new_session=True, env=env)
             for name, argv in commands(host=host, port=port).items()
         }
         stopping = False
@@ -107,7 +126,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         died = self._wait_for_web(children, host, port, lambda: stopping)
         if died is None and not stopping:
-            self.stdout.write(f"Harness Console on http://{host}:{port}/  (Ctrl-C stops it)")
+            shown = served_base_url(host, port)
+            self.stdout.write(f"Harness Console on {shown}/  (Ctrl-C stops it)")
         while not stopping and died is None:
             died = next((n for n, p in children.items() if p.poll() is not None), None)
             time.sleep(0.2)
