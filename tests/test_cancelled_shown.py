@@ -135,3 +135,35 @@ def test_the_run_page_shows_the_status_as_of_its_last_event(
     client.force_login(personas.operator)
     page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
     assert '<span id="run-status" class="status status-failed">failed</span>' in page
+
+
+def test_timeline_values_are_text_never_python_reprs(client, personas, agent, workspace):
+    from runs.events import run_event_append
+    from runs.templatetags.events import event_value
+
+    assert event_value(["a.md changed", "b.md deleted"]) == "a.md changed; b.md deleted"
+    assert event_value({"paths": ["a.md"], "ok": True, "left": None}) == (
+        "paths: a.md, ok: yes, left: —"
+    )
+    assert event_value("two\n  lines") == "two lines"
+    assert len(event_value("x" * 1000)) == 300
+    run = finished_runs(personas, agent, workspace)["failed"]
+    run_event_append(
+        run_id=run.pk,
+        type="approval.invalidated",
+        payload={
+            "approval": "x",
+            "kind": "commit",
+            "tool": "commitDraft",
+            "reason": "docs/guide.md changed since the request",
+            "changes": ["docs/guide.md changed since the request"],
+        },
+    )
+    run_event_append(
+        run_id=run.pk, type="something.new", payload={"changes": ["one", "two"], "n": {"a": 1}}
+    )
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "commit <code>commitDraft</code> · docs/guide.md changed since the request" in page
+    assert "<b>changes</b> one; two" in page and "<b>n</b> a: 1" in page
+    assert "[&#x27;" not in page and "{&#x27;" not in page
