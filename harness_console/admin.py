@@ -141,3 +141,20 @@ admin.site.unregister(User)
 admin.site.register(User, ConsoleUserAdmin)
 admin.site.unregister(Group)
 admin.site.register(Group, RoleGroupAdmin)
+
+_admin_login = admin.site.login
+
+
+def _login_or_refuse(request: HttpRequest, extra_context: Any = None) -> Any:
+    """Someone signed in whose role does not open the admin gets the console's 403 page,
+    saying so, not Django's admin login form inviting them to sign in again as someone
+    else (issue 19); the signed-out still get the login form."""
+    if request.user.is_authenticated and not admin.site.has_permission(request):
+        raise PermissionDenied(
+            "The admin pages are for the admin role; yours does not include them. Ask an "
+            "admin if you need a change made here."
+        )
+    return _admin_login(request, extra_context)
+
+
+admin.site.login = _login_or_refuse  # type: ignore[method-assign]

@@ -255,3 +255,17 @@ def test_a_refused_page_logs_one_line_without_a_traceback(client, personas, capl
     for record in records:
         QuietPermissionDenied().filter(record)
         assert record.exc_info is None
+
+
+@pytest.mark.parametrize("who", ["approver", "operator", "ops", "outsider"])
+def test_the_admin_refuses_other_roles_with_the_console_s_403_page(client, personas, who):
+    """Not Django's admin login inviting a signed-in user to sign in as someone else."""
+    client.force_login(getattr(personas, who))
+    response = client.get("/admin/policies/policy/", follow=True)
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert "Not allowed" in html and "The admin pages are for the admin role" in html
+    assert 'name="password"' not in html
+    client.logout()  # signed out: the login form, as before
+    response = client.get("/admin/", follow=True)
+    assert response.status_code == 200 and 'name="password"' in response.content.decode()
