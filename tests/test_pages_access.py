@@ -269,3 +269,19 @@ def test_the_admin_refuses_other_roles_with_the_console_s_403_page(client, perso
     client.logout()  # signed out: the login form, as before
     response = client.get("/admin/", follow=True)
     assert response.status_code == 200 and 'name="password"' in response.content.decode()
+
+
+@pytest.mark.usefixtures("seeded")
+def test_an_agent_s_model_must_be_one_the_price_table_prices(agent):
+    from django.forms.models import model_to_dict
+
+    from policies.admin.agents import AgentForm
+
+    data = {k: v for k, v in model_to_dict(agent).items() if v is not None}
+    typo = AgentForm(data={**data, "model": "claude-sonet-4-6"}, instance=agent)
+    assert not typo.is_valid()
+    assert "No price in the price table matches 'claude-sonet-4-6'" in typo.errors["model"][0]
+    assert "claude-sonnet-4" in typo.errors["model"][0]  # the priced models are named
+    priced = AgentForm(data={**data, "model": " claude-sonnet-4-6 "}, instance=agent)
+    assert priced.is_valid(), priced.errors
+    assert priced.cleaned_data["model"] == "claude-sonnet-4-6"

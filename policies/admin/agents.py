@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from harness_console.web.admin import HidesEvalRows
+from runs.observability.core.cost import price_in_force
+from runs.observability.pricing import prices
 
 from ..models import Agent, Workspace
 from ..preview import prompt_preview, reload_from_disk
@@ -22,8 +26,30 @@ class WorkspaceAdmin(HidesEvalRows):
     search_fields = ("name", "slug")
 
 
+class AgentForm(forms.ModelForm):
+    """An agent's model must be one the price table prices (an exact name or a family
+    prefix): a typo saved here would run and record no cost for any of its runs."""
+
+    class Meta:
+        model = Agent
+        exclude: tuple[str, ...] = ()
+
+    def clean_model(self) -> str:
+        name = self.cleaned_data["model"].strip()
+        table = prices()
+        if price_in_force(table, name, timezone.now()) is None:
+            known = sorted({price.model for price in table})
+            raise forms.ValidationError(
+                f"No price in the price table matches {name!r}, so its runs would record no "
+                f"cost. Priced models: {', '.join(known) or 'none'} (Runs → Model prices to "
+                "add one first)."
+            )
+        return name
+
+
 @admin.register(Agent)
 class AgentAdmin(HidesEvalRows):
+    form = AgentForm
     list_display = ("name", "slug", "model", "max_turns", "context_links")
     search_fields = ("name", "slug")
     readonly_fields = ("context_links",)
