@@ -25,6 +25,7 @@ from harness_console.roles import (
 from harness_console.web.fragments import HtmxHttpRequest
 from policies.models import Agent, Workspace
 
+from .answer_markdown import answer_html
 from .core import status as run_status
 from .forms import RunForm
 from .grants import grant_revoke
@@ -169,6 +170,11 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     )
     is_requester = run.requester_id == user.pk
     state = (run.loop or {}).get("state") or {}
+    answer = (
+        run.model_calls.order_by("-turn").values_list("text", flat=True).first()
+        if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
+        else None
+    )
     return {
         "run": run,
         "task": run.task or {},
@@ -184,9 +190,8 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "can_act": run_may_act(user, run),
         "can_rollback": run.status == run_status.COMPLETED and run_may_roll_back(user),
         "active": run.status in run_status.ACTIVE,
-        "answer": run.model_calls.order_by("-turn").values_list("text", flat=True).first()
-        if run.status in (run_status.COMPLETED, run_status.ROLLED_BACK)
-        else None,
+        "answer": answer,
+        "answer_html": answer_html(answer or ""),
         # "Add to eval set" (SPEC E1): a failed run becomes a replay case of the eval set.
         "can_add_eval": may_add_eval_case(user)
         and run.status in (run_status.FAILED, run_status.ROLLED_BACK),

