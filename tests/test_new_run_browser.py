@@ -54,3 +54,30 @@ def test_the_answer_reads_as_markdown_with_its_source_a_click_away(
     page.get_by_text("Source", exact=True).click()
     expect(source).to_contain_text("<script>alert(1)</script>")
     assert dialogs == [] and errors == []
+
+
+@pytest.mark.usefixtures("seeded", "docs")
+def test_a_page_signed_out_in_another_tab_says_so_and_disables_its_actions(
+    live_stack, page: Page, client, personas, agent, workspace
+):
+    from runs.models import Run
+    from tests.stack import off_loop, wait_until
+    from tests.test_approvals_browser import submit
+
+    run = submit(personas, agent, workspace)
+    wait_until(
+        lambda: off_loop(lambda: Run.objects.get(pk=run.pk).status) == "waiting_for_approval",
+        timeout=30,
+        what="the run to wait",
+    )
+    login(page, live_stack, client, personas.operator)
+    page.goto(f"{live_stack.url}/runs/{run.pk}/")
+    expect(page.locator("#run-live-status")).to_have_text("live", timeout=10_000)
+    cancel = page.locator("#run-cancel")
+    expect(cancel).to_be_enabled()
+    other = page.context.new_page()  # the same browser, another tab: signs out
+    other.goto(f"{live_stack.url}/runs/")
+    other.get_by_role("button", name="Log out").click()
+    expect(page.locator("#signed-out")).to_contain_text("You are signed out", timeout=10_000)
+    expect(cancel).to_be_disabled()
+    assert off_loop(lambda: Run.objects.get(pk=run.pk).status) == "waiting_for_approval"
