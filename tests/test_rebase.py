@@ -277,3 +277,34 @@ def test_asking_again_replaces_the_pending_request_for_the_same_file(
         ApprovalRequest.objects.create(
             run=run, kind="commit", tool_use_id="commit:around-the-harness", tool="commitDraft"
         )
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_after_the_other_run_is_rolled_back_the_request_is_current_again(
+    personas, agent, workspace, guide, api, client
+):
+    """Run A commits to the file B's request was asked about; A is rolled back, restoring
+    the file's bytes: B's request is as current as when it was asked, says so, and
+    approved it commits once, without a rebase."""
+    from approvals.fingerprint import changes_since_asked
+    from runs.services import run_rollback
+
+    first, first_ask = waiting_run(api, personas, agent, workspace, changed(GUIDE, 2, "Two."), 1)
+    second, second_ask = waiting_run(
+        api, personas, agent, workspace, changed(GUIDE, 8, "Eight."), 2
+    )
+    approval_decide(approval=first_ask, user=personas.approver, decision="approve")
+    assert drive(first).status == "completed"
+    assert changes_since_asked(second_ask) == ["docs/guide.md changed since the request"]
+    run_rollback(run=first, user=personas.admin)
+    assert guide.read_text() == GUIDE
+    assert changes_since_asked(second_ask) == []
+    client.force_login(personas.approver)
+    review = client.get(reverse("approvals:review", args=[second_ask.pk])).content.decode()
+    assert 'id="review-changed"' not in review
+    approval_decide(approval=second_ask, user=personas.approver, decision="approve")
+    assert drive(second).status == "completed"
+    second_ask.refresh_from_db()
+    assert second_ask.status == "approved"
+    assert guide.read_text() == changed(GUIDE, 8, "Eight.")
