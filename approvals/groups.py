@@ -6,6 +6,7 @@ digest its approver was shown, separation of duties checked for each."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,12 @@ class Group:
 
     key: str
     members: list[ApprovalRequest] = field(default_factory=list)
+
+    @property
+    def dom_id(self) -> str:
+        """A stable id for the group's fields: what an approver types in them survives the
+        live queue's refresh (hx-preserve)."""
+        return hashlib.sha256(self.key.encode()).hexdigest()[:16]
 
     @property
     def first(self) -> ApprovalRequest:

@@ -33,6 +33,12 @@ def test_two_identical_requests_are_approved_from_the_queue_in_one_step(
     expect(group).to_have_count(1)
     expect(group).to_contain_text("2 identical requests")
     group.locator("input[name=comment]").fill("The same fix twice: fine.")
+    # The live queue refreshes its table on any approval event: what was typed stays.
+    page.evaluate(
+        "htmx.ajax('GET', '/approvals/?fragment=1', {target: '#approval-queue', swap: 'innerHTML'})"
+    )
+    page.wait_for_load_state("networkidle")
+    expect(group.locator("input[name=comment]")).to_have_value("The same fix twice: fine.")
     group.get_by_role("button", name="Approve all 2").click()
     expect(page.locator(".message").first).to_contain_text("Approved 2 of 2 identical requests")
     for run in runs:
