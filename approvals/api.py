@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.db.models import QuerySet
@@ -18,7 +17,7 @@ from harness_console.roles import may_decide
 from harness_console.web.api import service_call
 from runs.approval_outcomes import approval_decide, approvals_decide_group
 
-from .groups import GROUP_LIMIT, same_action
+from .groups import GROUP_LIMIT, action_id, same_action
 from .models import ApprovalDecision, ApprovalRequest
 from .outcomes import AlreadyDecided
 
@@ -89,7 +88,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
         ]
 
     def get_same_action(self, approval: ApprovalRequest) -> str:
-        return hashlib.sha256(same_action(approval).encode()).hexdigest()[:32]
+        return action_id(same_action(approval))
 
 
 class DecideSerializer(serializers.Serializer):

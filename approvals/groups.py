@@ -21,6 +21,12 @@ def same_action(approval: ApprovalRequest) -> str:
     return "\x1f".join((approval.kind, approval.tool, approval.rule, approval.digest))
 
 
+def action_id(key: str) -> str:
+    """A short, stable name for an action key: the API's ``same_action`` and the ids of a
+    queue group's fields."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 @dataclass
 class Group:
     """Requests of one action, in queue order; ``first`` shows what they ask."""
@@ -32,7 +38,7 @@ class Group:
     def dom_id(self) -> str:
         """A stable id for the group's fields: what an approver types in them survives the
         live queue's refresh (hx-preserve)."""
-        return hashlib.sha256(self.key.encode()).hexdigest()[:16]
+        return action_id(self.key)
 
     @property
     def first(self) -> ApprovalRequest:

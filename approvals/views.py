@@ -136,11 +136,15 @@ def approval_group_decide_view(request: HttpRequest) -> HttpResponse:
     says how many were decided, and which were not and why."""
     if not may_decide(request.user):
         raise PermissionDenied("Only approvers decide approval requests.")
-    members = [tuple(m.split(":", 1)) for m in request.POST.getlist("member") if ":" in m]
+    members = [
+        (pk, digest)
+        for pk, _, digest in (m.partition(":") for m in request.POST.getlist("member"))
+        if digest
+    ]
     decision = request.POST.get("decision", "")
     try:
         done = approvals_decide_group(
-            members=[(pk, digest) for pk, digest in members],
+            members=members,
             user=request.user,
             decision=decision,
             comment=request.POST.get("comment", ""),
