@@ -47,8 +47,12 @@ system-packages:
 
 # The whole suite under coverage (its floor, in pyproject.toml, only goes up; a run of part
 # of the suite, PYTEST_ARGS="-k ...", is not held to it), then types, imports and style.
+# PYTEST_WORKERS processes share the suite (pytest-xdist; 0 runs it in this one), each with
+# databases, files and queues of its own (tests/worker_env.py).
+PYTEST_WORKERS ?= 2
 test: $(STAMP) system-packages
-	HARNESS_VAR_DIR=$${HARNESS_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m coverage run -m pytest $(PYTEST_ARGS)
+	HARNESS_VAR_DIR=$${HARNESS_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest -n $(PYTEST_WORKERS) \
+	  --cov --cov-report= --cov-fail-under=0 $(PYTEST_ARGS)
 	@if [ -z "$(PYTEST_ARGS)" ]; then $(PY) -m coverage report; fi
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

@@ -166,6 +166,13 @@ def docs(workspace: Workspace) -> Path:
 
 
 @pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """The test databases' names are settled before the settings are read, for this process
+    and the live stack alike (tests/worker_env.py gives each xdist worker its own), so
+    pytest-django adds no suffix of its own that the stack's processes would not know."""
+
+
+@pytest.fixture(scope="session")
 def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
     """daphne and a Celery worker as subprocesses, on the test databases, for the session."""
     var_dir = Path(settings.VAR_DIR)
