@@ -4,9 +4,9 @@ the very next assembly anywhere; without an edit nothing is read again."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from django.core.management import call_command
@@ -21,27 +21,50 @@ from tests.stack import ROOT
 pytestmark = EVERYWHERE
 
 
-def prompt_in_another_process(agent, workspace) -> str:
-    env = {**os.environ, "HARNESS_USE_TEST_DATABASES": "true"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "assemble_prompt",
-            "--agent",
-            agent.slug,
-            "--workspace",
-            workspace.slug,
-            "--json",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["prompt"]
+class OtherProcess:
+    """tests/assembler_process.py: one process, kept for the module, that assembles on
+    request as ``manage.py assemble_prompt`` does."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "assembler_process.py")],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def prompt(self, agent, workspace) -> str:
+        assert self.process.stdin and self.process.stdout
+        args = ["--agent", agent.slug, "--workspace", workspace.slug, "--json"]
+        self.process.stdin.write(json.dumps(args) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the other process ended ({self.process.wait(timeout=10)})"
+        reply = json.loads(line)
+        assert reply["ok"], reply["error"]
+        return json.loads(reply["out"])["prompt"]
+
+    def close(self) -> None:
+        assert self.process.stdin
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def other_process(django_db_setup, django_db_blocker) -> Iterator[OtherProcess]:
+    other = OtherProcess()
+    yield other
+    other.close()
+
+
+@pytest.fixture
+def prompt_in_another_process(other_process: OtherProcess):
+    return other_process.prompt
 
 
 @pytest.fixture
@@ -51,7 +74,9 @@ def setup(personas, agent, workspace):
     return personas, agent, workspace
 
 
-def test_an_admin_edit_is_in_the_very_next_assembly_of_another_process(setup, client):
+def test_an_admin_edit_is_in_the_very_next_assembly_of_another_process(
+    setup, prompt_in_another_process, client
+):
     personas, agent, workspace = setup
     assert "console text v1" in prompt_in_another_process(agent, workspace)
     client.force_login(personas.admin)
@@ -66,7 +91,7 @@ def test_an_admin_edit_is_in_the_very_next_assembly_of_another_process(setup, cl
     assert (latest.author, latest.note) == (personas.admin, "tighter")
 
 
-def test_a_restore_is_in_the_very_next_assembly_too(setup, client):
+def test_a_restore_is_in_the_very_next_assembly_too(setup, prompt_in_another_process, client):
     personas, agent, workspace = setup
     instruction_update(agent=agent, text="console text v2", author=personas.admin)
     assert "console text v2" in prompt_in_another_process(agent, workspace)
@@ -76,7 +101,9 @@ def test_a_restore_is_in_the_very_next_assembly_too(setup, client):
     assert "console text v1" in prompt_in_another_process(agent, workspace)
 
 
-def test_without_an_edit_nothing_is_read_again_until_reload_from_disk(setup, client):
+def test_without_an_edit_nothing_is_read_again_until_reload_from_disk(
+    setup, prompt_in_another_process, client
+):
     personas, agent, workspace = setup
     assert "root file v1" in prompt_in_another_process(agent, workspace)
     (workspace.root_path / "AGENTS.md").write_text("root file v2, edited outside")
@@ -91,7 +118,7 @@ def test_without_an_edit_nothing_is_read_again_until_reload_from_disk(setup, cli
     assert "root file v2, edited outside" in prompt_in_another_process(agent, workspace)
 
 
-def test_the_invalidate_command_drops_an_agent_or_everything(setup):
+def test_the_invalidate_command_drops_an_agent_or_everything(setup, prompt_in_another_process):
     _personas, agent, workspace = setup
     assert "root file v1" in prompt_in_another_process(agent, workspace)
     (workspace.root_path / "AGENTS.md").write_text("root file v3")
@@ -102,7 +129,9 @@ def test_the_invalidate_command_drops_an_agent_or_everything(setup):
     assert "root file v4" in prompt_in_another_process(agent, workspace)
 
 
-def test_moving_a_workspace_folder_in_the_admin_drops_its_cache(setup, tmp_path):
+def test_moving_a_workspace_folder_in_the_admin_drops_its_cache(
+    setup, prompt_in_another_process, tmp_path
+):
     _personas, agent, workspace = setup
     assert "root file v1" in prompt_in_another_process(agent, workspace)
     moved = tmp_path / "moved"
