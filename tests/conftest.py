@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,15 @@ from pathlib import Path
 import hypothesis
 import pytest
 from django.conf import settings
-from django.contrib.auth.hashers import make_password
+from django.contrib.auth.hashers import (
+    PBKDF2PasswordHasher,
+    get_hashers,
+    get_hashers_by_algorithm,
+    make_password,
+)
 from django.contrib.auth.models import Group, User
+from django.db import DatabaseError
+from django.db.backends.base.operations import BaseDatabaseOperations
 
 from harness_console.roles import ADMIN, APPROVER, OPERATOR, OPS, roles_sync
 from policies.models import Agent, Workspace
@@ -58,6 +66,47 @@ hypothesis.settings.register_profile(
 )
 hypothesis.settings.load_profile("harness")
 
+
+def _flush_retrying(flush):
+    """A transactional test's teardown empties every table in one statement (TRUNCATE on
+    PostgreSQL), while the live stack's worker and beat keep their own transactions going;
+    PostgreSQL may break the lock cycle between them by failing the TRUNCATE ("deadlock
+    detected"). That is the test harness meeting the stack, not the code under test: try the
+    flush again, a few times, before failing the test."""
+
+    @functools.wraps(flush)
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(5):
+            try:
+                return flush(self, sql_list)
+            except DatabaseError:
+                if attempt == 4 or self.connection.vendor != "postgresql":
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        return None
+
+    return execute_sql_flush
+
+
+BaseDatabaseOperations.execute_sql_flush = _flush_retrying(  # type: ignore[method-assign]
+    BaseDatabaseOperations.execute_sql_flush
+)
+
+
+class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's own hasher with one iteration, as Django's docs advise for tests: the real
+    count (over a million) costs most of a second a hash here, and the demo seed and the
+    personas make several hashes a test. The hash says its own count, so the live stack,
+    on the default hashers, still verifies these (and upgrades them when someone logs in)."""
+
+    iterations = 1
+
+
+settings.PASSWORD_HASHERS = ["tests.conftest.QuickPBKDF2PasswordHasher"]
+get_hashers.cache_clear()
+get_hashers_by_algorithm.cache_clear()
+
+
 PASSWORD = "correct horse battery staple"
 EVERYWHERE = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -79,7 +128,7 @@ class Personas:
 
 @functools.cache
 def password_hash() -> str:
-    """Hashing costs about half a second; every persona shares one hash of PASSWORD."""
+    """Every persona shares one hash of PASSWORD."""
     return make_password(PASSWORD)
 
 
@@ -219,6 +268,22 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
         "executable_path": CHROMIUM_EXECUTABLE,
         "args": CHROMIUM_ARGS,
     }
+
+
+@pytest.fixture(autouse=True)
+def patient_browser(request: pytest.FixtureRequest) -> None:
+    """A page waits up to a minute for a navigation or an action, and an assertion up to
+    20 s, before it fails: bounds on a hang, never a speed the test asks for. Playwright's
+    30 s and 5 s defaults fail on a loaded machine while the console is only slow."""
+    if request.node.get_closest_marker("browser") is None:
+        return
+    from playwright.sync_api import Page, expect
+
+    page = request.getfixturevalue("page")
+    assert isinstance(page, Page)
+    page.set_default_timeout(60_000)
+    page.set_default_navigation_timeout(60_000)
+    expect.set_options(timeout=20_000)
 
 
 def pytest_collection_modifyitems(config, items: list) -> None:

@@ -107,7 +107,7 @@ class LiveStack:
         self._spawn("beat", argv["beat"])
         self.start_worker("housekeeping", kind="housekeeping")
         self.start_worker("worker")
-        wait_until(self._web_ready, timeout=30, what="daphne to answer")
+        wait_until(self._web_ready, timeout=120, what="daphne to answer")
         return self
 
     def start_worker(self, name: str = "worker", *, kind: str = "worker") -> None:

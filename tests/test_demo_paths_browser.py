@@ -59,7 +59,7 @@ def keyless(live_stack: LiveStack) -> Iterator[Keyless]:
         )
     server = Keyless(url=f"http://127.0.0.1:{port}", log=log)
     try:
-        wait_until(lambda: _answers(server, process), timeout=30, what="the keyless daphne")
+        wait_until(lambda: _answers(server, process), timeout=120, what="the keyless daphne")
         yield server
     finally:
         process.terminate()
