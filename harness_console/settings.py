@@ -177,7 +177,9 @@ if EMBEDDED:
     DATABASES = {"default": _sqlite("db"), "channels": _sqlite("channels")}
     DATABASE_ROUTERS = ["harness_console.db_routers.ChannelLayerRouter"]
 else:
-    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    # Health checks: a connection the pool hands out is checked first (one round trip), so
+    # the connections a PostgreSQL restart or failover cut are replaced, not handed to a run.
+    _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
     # Connections stay bounded under daphne: persistent connections (CONN_MAX_AGE) are per
     # thread, and daphne serves each request on a thread of its own, so they piled up until
     # PostgreSQL refused clients (NOTES.md; Django's docs advise against them under ASGI).

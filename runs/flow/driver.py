@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
+
 from ..core import status as run_status
 from ..leases import CLAIMABLE, Heartbeat, LeaseLost, fenced, lease_claim, lease_release
 from ..lifecycle import run_transition
@@ -26,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 MAX_UNITS_PER_CLAIM = 10_000  # a guard against a bug looping forever, far above max_turns
 MAX_TAKEOVERS = 100  # workers lost by one run (killed, frozen): then it is given up
+# A database that refused a connection, dropped it, or stayed locked past its timeout
+# (SQLite's busy timeout, PostgreSQL's lock or pool timeout, a deadlock victim).
+DATABASE_FAULTS = (OperationalError, InterfaceError)
 
 Stage = Callable[[Driver, Run], StageOutcome]
 STAGES: dict[str, Stage] = {
@@ -44,7 +49,8 @@ def run_drive(*, run_id: Any, worker: str) -> None:
     2. A run that keeps losing its workers (killing them, say, out of memory) fails; a
        resume after a person's decision is no lost worker, however many a run asks.
     3. Under a heartbeat, advance stage by stage; a lost lease stops without writing, a
-       harness bug fails the run saying why, and nothing recorded is lost.
+       harness bug fails the run saying why, and nothing recorded is lost; a database that
+       fails this worker leaves the run to another, as a killed worker does (3').
     4. Release the lease; a cancel that arrived during a wait takes effect now.
     """
     lease = lease_claim(run_id=run_id, worker=worker)
@@ -56,6 +62,7 @@ def run_drive(*, run_id: Any, worker: str) -> None:
         lease_release(lease)
         return
     driver: Driver | None = None
+    left = False
     try:
         with Heartbeat(lease) as beat:
             driver = Driver(lease=lease, beat=beat)
@@ -65,13 +72,22 @@ def run_drive(*, run_id: Any, worker: str) -> None:
             pending_flush(driver)  # a stage that stopped with writes held: they are the run's
     except LeaseLost as error:
         logger.warning("Stopping: %s", error)
+    except DATABASE_FAULTS as error:
+        # 3'. The database refused, dropped or timed out this worker: a fault of the
+        # machine, not of the run, and nothing half-written (every checkpoint is one
+        # transaction). The worker leaves as a killed one does, lease unreleased: the lease
+        # expires, the sweeper sends the run again, and recovery resumes it from its last
+        # checkpoint, reconciling any tool call it finds running. Counted as a lost worker.
+        logger.warning("Run %s left for another worker: the database failed: %s", run_id, error)
+        left = True
     except Exception as error:  # a harness bug: the run fails and says why, nothing is lost
         logger.exception("Run %s failed in the harness", run_id)
         _held_written(driver)
         run_fail(lease, f"internal error in the harness: {type(error).__name__}: {error}"[:2000])
     finally:
-        lease_release(lease)
-        cancel_if_requested(run_id=run_id)
+        if not left:
+            lease_release(lease)
+            cancel_if_requested(run_id=run_id)
 
 
 def _held_written(driver: Driver | None) -> None:
