@@ -199,7 +199,7 @@ def test_an_edit_is_told_hunk_by_hunk_modified_with_the_final_text_or_left_out_o
     reviewed = hunks_reviewed(TWO, modified, {})
     assert [v.verdict for v in reviewed] == ["modified by approver", "accepted"]
     assert reviewed[0].final_text == text(
-        ["Line 1 of the guide.", "Line two, by hand."] + GUIDE[2:5]
+        ["Line 1 of the guide.", "Line two, by hand.", *GUIDE[2:5]]
     )
     dropped = hunks_select(TWO, {PATH: [1]})  # the edit left hunk 1 out
     assert [v.verdict for v in hunks_reviewed(TWO, dropped, {})] == [
