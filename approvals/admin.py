@@ -17,7 +17,16 @@ class DecisionInline(admin.TabularInline):
     model = ApprovalDecision
     extra = 0
     can_delete = False
-    fields = ("decided_at", "user", "decision", "comment", "shown_digest", "edited_diff")
+    fields = (
+        "decided_at",
+        "user",
+        "decision",
+        "comment",
+        "shown_digest",
+        "edited_diff",
+        "rejected_hunks",
+        "accepted_digest",
+    )
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -17,6 +17,8 @@ from harness_console.roles import may_decide
 from harness_console.web.api import service_call
 from runs.approval_outcomes import approval_decide, approvals_decide_group
 
+from .core.hunks import hunks_of
+from .core.patch import PatchError
 from .groups import GROUP_LIMIT, action_id, same_action
 from .models import ApprovalDecision, ApprovalRequest
 from .outcomes import AlreadyDecided
@@ -36,7 +38,22 @@ class DecisionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApprovalDecision
-        fields = ["user", "decision", "comment", "shown_digest", "edited_diff", "decided_at"]
+        fields = [
+            "user",
+            "decision",
+            "comment",
+            "shown_digest",
+            "edited_diff",
+            "rejected_hunks",
+            "accepted_digest",
+            "decided_at",
+        ]
+
+
+class HunkSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    hunk = serializers.IntegerField(help_text="Its number in its file, from 1.")
+    header = serializers.CharField()
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
@@ -53,6 +70,9 @@ class ApprovalSerializer(serializers.ModelSerializer):
     # Requests with one ``same_action`` are the same action from several runs (B15):
     # ``decide-group`` decides them in one step.
     same_action = serializers.SerializerMethodField()
+    # Each hunk of ``diff`` as ``rejected_hunks`` names it (B7); empty where the change
+    # cannot be chosen hunk by hunk.
+    hunks = serializers.SerializerMethodField()
 
     class Meta:
         model = ApprovalRequest
@@ -70,7 +90,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "paths",
             "summary",
             "diff",
+            "hunks",
             "edited_diff",
+            "rejected_hunks",
+            "accepted_digest",
             "rule",
             "reason",
             "risk",
@@ -89,6 +112,16 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
     def get_same_action(self, approval: ApprovalRequest) -> str:
         return action_id(same_action(approval))
+
+    @extend_schema_field(HunkSerializer(many=True))
+    def get_hunks(self, approval: ApprovalRequest) -> list[dict[str, Any]]:
+        if approval.hunks_refusal:
+            return []
+        try:
+            refs = hunks_of(approval.diff)
+        except PatchError:
+            return []
+        return [{"path": r.path, "hunk": r.number, "header": r.header} for r in refs]
 
 
 class DecideSerializer(serializers.Serializer):
@@ -110,6 +143,15 @@ class DecideSerializer(serializers.Serializer):
         max_length=1_000_000,
         default="",
         help_text="Approve this unified diff instead of the proposed one; it must apply.",
+    )
+    rejected_hunks = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=1000),
+        required=False,
+        default=dict,
+        help_text=(
+            "Approve the change without these hunks: file path → hunk numbers (from 1, as "
+            "`hunks` lists them). At least one hunk must stay; not with `edited_diff`."
+        ),
     )
 
 

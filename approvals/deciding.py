@@ -6,6 +6,8 @@ page, the API and the eval runner decide through)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -14,6 +16,8 @@ from django.utils import timezone
 
 from harness_console.roles import may_decide
 
+from .core.fingerprint import accepted_digest
+from .core.hunks import hunks_select, rejection_problem
 from .core.patch import PatchError, apply_patch, parse_patch
 from .expiry import approval_expiry_record
 from .fingerprint import originals_for
@@ -23,6 +27,17 @@ from .outcomes import AlreadyDecided, Approved, Decided, Expired, Rejected, Vote
 DECISIONS = ("approve", "reject")
 MAX_COMMENT_CHARS = 4000
 MAX_EDIT_CHARS = 1_000_000
+
+
+@dataclass(frozen=True)
+class CheckedDecision:
+    """A decision as it will be recorded: ``edited_diff`` is the patch applied instead of
+    the proposed one (the approver's edit, or the hunks they accepted), "" for none;
+    ``rejected_hunks`` the hunks they left out, path → numbers."""
+
+    comment: str
+    edited_diff: str
+    rejected_hunks: dict[str, list[int]]
 
 
 def approval_decision_check(
@@ -35,12 +50,14 @@ def approval_decision_check(
     remember: bool = False,
     digest: str = "",
     edited_diff: str = "",
-) -> tuple[str, str]:
+    rejected_hunks: Mapping[str, Any] | None = None,
+) -> CheckedDecision:
     """Who may decide, and whether what they sent can be recorded; raises PermissionDenied
-    or ValidationError (a message per field), or returns the comment and the edited patch
-    as they will be recorded (an edit that changes nothing is no edit). ``digest`` is what
-    the approver's page showed: a page older than the request refuses. ``edited_diff``
-    replaces the proposed patch; it must apply to the files as they are."""
+    or ValidationError (a message per field), or returns the decision as it will be
+    recorded (an edit that changes nothing is no edit). ``digest`` is what the approver's
+    page showed: a page older than the request refuses. ``edited_diff`` replaces the
+    proposed patch; ``rejected_hunks`` (path → hunk numbers, from 1) leaves those hunks
+    out (B7) — one or the other, never both. Either must apply to the files as they are."""
     if not may_decide(user):
         raise PermissionDenied("Only approvers decide approval requests.")
     if approval.run.requester_id == user.pk:
@@ -48,11 +65,47 @@ def approval_decision_check(
     comment, edited_diff = (comment or "").strip(), (edited_diff or "").replace("\r\n", "\n")
     errors = _decision_errors(approval, decision, comment, confirm, digest, edited_diff, remember)
     edited = edited_diff and edited_diff != approval.diff
-    if not errors and edited and (problem := edit_problem(approval, edited_diff)):
+    rejected, problem = _rejected_hunks(approval, decision, rejected_hunks, bool(edited))
+    if problem:
+        errors.setdefault("rejected_hunks", problem)
+    elif rejected and not errors:
+        edited_diff = hunks_select(approval.diff, rejected)
+        if problem := edit_problem(approval, edited_diff, whole=False):
+            errors["rejected_hunks"] = problem
+    elif not errors and edited and (problem := edit_problem(approval, edited_diff)):
         errors["edited_diff"] = problem
     if errors:
         raise ValidationError(errors)
-    return comment, "" if edited_diff == approval.diff else edited_diff
+    return CheckedDecision(comment, "" if edited_diff == approval.diff else edited_diff, rejected)
+
+
+def _rejected_hunks(
+    approval: ApprovalRequest, decision: str, given: Mapping[str, Any] | None, edited: bool
+) -> tuple[dict[str, list[int]], str]:
+    """The rejected hunks as recorded (path → sorted numbers, none empty), or why they
+    cannot be: a rejection leaves the whole change out, an edit says itself what stays,
+    and every file and number must be one of the request's."""
+    if not given:
+        return {}, ""
+    if not isinstance(given, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, list | tuple) for k, v in given.items()
+    ):
+        return {}, "Give the rejected hunks as a file path → a list of hunk numbers."
+    if not any(given.values()):
+        return {}, ""
+    if decision != "approve":
+        return {}, "Only an approval leaves hunks out; a rejection rejects the whole change."
+    if edited:
+        return {}, (
+            "Reject hunks or edit the patch, not both: an edit says itself what is applied "
+            "(leave a hunk out of the edited patch to reject it)."
+        )
+    if refusal := approval.hunks_refusal:
+        return {}, refusal
+    if problem := rejection_problem(approval.diff, given):
+        return {}, problem
+    rejected = {path: sorted(set(numbers)) for path, numbers in given.items() if numbers}
+    return rejected, ""
 
 
 def approval_decision_record(
@@ -64,6 +117,7 @@ def approval_decision_record(
     remember: bool,
     digest: str,
     edited_diff: str,
+    rejected_hunks: Mapping[str, list[int]] | None = None,
 ) -> Decided | Expired:
     """Record one checked decision. A request needing M approvers stays pending until M
     distinct approvers said yes (a :class:`Vote`); one rejection rejects it. Past its
@@ -89,6 +143,8 @@ def approval_decision_record(
             current,
             f"You approved this already; it needs {_missing(current)} more approver(s).",
         )
+    rejected = dict(rejected_hunks or {})
+    bound = accepted_digest(current.digest, edited_diff, rejected) if decision == "approve" else ""
     ApprovalDecision.objects.create(
         approval=current,
         user=user,
@@ -96,6 +152,8 @@ def approval_decision_record(
         comment=comment,
         shown_digest=digest,  # "" when the client sent none: nothing is claimed
         edited_diff=edited_diff,
+        rejected_hunks=rejected,
+        accepted_digest=bound,
         remember=remember,
     )
     votes = current.decisions.filter(decision="approve").count()
@@ -115,6 +173,8 @@ def approval_decision_record(
         comment=comment,
         remember=remember and decision == "approve",
         edited_diff=edited_diff,
+        rejected_hunks=rejected,
+        accepted_digest=bound,
     )
     current = ApprovalRequest.objects.select_related("run", "decided_by").get(pk=current.pk)
     if not won:  # cannot happen under the locks; kept as the last line of defence
@@ -168,17 +228,19 @@ def _decision_errors(
     return errors
 
 
-def edit_problem(approval: ApprovalRequest, edited_diff: str) -> str:
+def edit_problem(approval: ApprovalRequest, edited_diff: str, *, whole: bool = True) -> str:
     """Why an edited patch cannot replace the proposed change, or "" when it can: it must
     apply to the files as they are now, change every file of the request (leaving one out
-    would commit the model's version of it unseen) and delete none."""
+    would commit the model's version of it unseen; not so for the accepted hunks, ``whole``
+    False, where a file with none accepted keeps its text) and delete none."""
     try:
         edited = apply_patch(
             originals_for(approval.run, approval.paths), edited_diff, approval.paths
         )
     except PatchError as error:
-        return f"The edited patch does not apply: {error}"
-    if missing := [p for p in approval.paths if p not in edited]:
+        what = "edited patch does" if whole else "accepted hunks do"
+        return f"The {what} not apply to the files as they are now: {error}"
+    if whole and (missing := [p for p in approval.paths if p not in edited]):
         return (
             f"The edited patch leaves out {', '.join(missing)}: an edit replaces the whole "
             "change, so keep each file's hunks (unchanged if you agree with them)."

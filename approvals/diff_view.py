@@ -58,6 +58,7 @@ def highlight_rows(files: list[DiffFile]) -> list[dict]:
                 "old_no": r.old_no,
                 "new_no": r.new_no,
                 "html": _html(r.text, _TEXT if r.kind == "hunk" else lexer),
+                "hunk": r.hunk,
             }
             for r in f.inline
         ]
@@ -71,6 +72,7 @@ def highlight_rows(files: list[DiffFile]) -> list[dict]:
                     "left_html": _html(r.left_text, row_lexer),
                     "right_no": r.right_no,
                     "right_html": _html(r.right_text, row_lexer),
+                    "hunk": r.hunk,
                 }
             )
         result.append(
@@ -83,6 +85,16 @@ def highlight_rows(files: list[DiffFile]) -> list[dict]:
             }
         )
     return result
+
+
+def hunk_marks(files: list[dict], rejected: set[str]) -> list[dict]:
+    """Each row of ``files`` (from :func:`highlight_rows`) told its hunk's key, as the
+    decision form names it (``<path>:<number>``), and whether that hunk is rejected."""
+    for f in files:
+        for row in (*f["inline"], *f["side"]):
+            row["hunk_key"] = f"{f['path']}:{row['hunk']}" if row["hunk"] else ""
+            row["rejected"] = row["hunk_key"] in rejected
+    return files
 
 
 def highlight_css() -> str:

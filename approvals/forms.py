@@ -135,17 +135,41 @@ class DecisionForm(forms.Form):
     remember = forms.BooleanField(required=False)
     digest = forms.CharField(required=False)
     edited_diff = forms.CharField(required=False, strip=False)
+    # The ticked "reject hunk" boxes are read by hunks_left_out(); the field is where a
+    # problem with them is shown.
+    rejected_hunks = forms.CharField(required=False)
     next = forms.CharField(required=False)  # the page to go back to (the run's), if any
 
     def decision_kwargs(self) -> dict[str, Any]:
-        """The arguments of ``approval_decide``; a patch travels only with an approval."""
+        """The arguments of ``approval_decide``; a patch, or hunks left out, travel only
+        with an approval."""
         data = self.data
         decision = str(data.get("decision", ""))
+        approving = decision == "approve"
         return {
             "decision": decision,
             "comment": str(data.get("comment", "")),
             "confirm": str(data.get("confirm", "")),
             "remember": data.get("remember") in ("on", "true", "1"),
             "digest": str(data.get("digest", "")),
-            "edited_diff": str(data.get("edited_diff", "")) if decision == "approve" else "",
+            "edited_diff": str(data.get("edited_diff", "")) if approving else "",
+            "rejected_hunks": self.hunks_left_out() if approving else {},
         }
+
+    def hunks_left_out(self) -> dict[str, list[int | str]]:
+        """The hunks ticked "reject", path → numbers, from ``<path>:<number>`` values (a
+        path may hold a colon: the number is after the last). A number that is not one is
+        passed on as it was, for ``approval_decide`` to name."""
+        values = self.data.getlist("rejected_hunk") if hasattr(self.data, "getlist") else []
+        rejected: dict[str, list[int | str]] = {}
+        for value in values:
+            path, _, number = str(value).rpartition(":")
+            rejected.setdefault(path, []).append(
+                int(number) if number.isascii() and number.isdigit() else number
+            )
+        return rejected
+
+    def rejected_keys(self) -> set[str]:
+        """What was ticked, to tick it again when the page comes back with an error."""
+        values = self.data.getlist("rejected_hunk") if hasattr(self.data, "getlist") else []
+        return {str(v) for v in values}

@@ -75,8 +75,14 @@ class ApprovalRequest(EvalAware):
     expires_at = models.DateTimeField(null=True, blank=True)  # A5
     remind_at = models.DateTimeField(null=True, blank=True)  # None: no reminder
     reminded_at = models.DateTimeField(null=True, blank=True)
-    # The approver's edit of the patch, applied instead of the proposed change (A3).
+    # The patch applied instead of the proposed change: the approver's edit (A3), or the
+    # hunks they accepted when they rejected some (B7).
     edited_diff = models.TextField(blank=True)
+    # The hunks the approver rejected, path → their numbers in ``diff`` (from 1; B7).
+    rejected_hunks = models.JSONField(default=dict, blank=True)
+    # What the approval binds to: ``digest`` when approved as shown, else a digest that
+    # covers the accepted set too (``approvals.core.fingerprint.accepted_digest``).
+    accepted_digest = models.CharField(max_length=64, blank=True)
     status_reason = models.TextField(blank=True)  # why expired, invalidated or cancelled
 
     class Meta:
@@ -116,21 +122,52 @@ class ApprovalRequest(EvalAware):
         return self.confirm_text or (self.paths[0] if self.paths else "")
 
     @property
+    def rejected_hunk_labels(self) -> list[str]:
+        """``hunk 2 of docs/x.md`` for each hunk its approver rejected, for the pages."""
+        return [
+            f"hunk {n} of {path}" for path, numbers in self.rejected_hunks.items() for n in numbers
+        ]
+
+    def _patch_refusal(self) -> str:
+        if self.kind != self.Kind.COMMIT and self.tool not in EDITABLE_TOOLS:
+            return "tool"
+        if self.required_approvals > 1:
+            return "several"
+        if not self.diff:
+            return "empty"
+        if any(line.startswith("Binary file ") for line in self.diff.splitlines()):
+            return "binary"
+        return ""
+
+    @property
     def edit_refusal(self) -> str:
         """Why the patch cannot be edited before approving, or "": only a text change to
         commit has one, and one approver may not rewrite what several must approve."""
-        if self.kind != self.Kind.COMMIT and self.tool not in EDITABLE_TOOLS:
-            return f"A {self.tool} call has no patch to edit."
-        if self.required_approvals > 1:
-            return (
+        return {
+            "tool": f"A {self.tool} call has no patch to edit.",
+            "several": (
                 "A request that needs several approvers cannot be edited by one: reject it "
                 "with the change you want instead."
-            )
-        if not self.diff:
-            return "There is no patch to edit."
-        if any(line.startswith("Binary file ") for line in self.diff.splitlines()):
-            return "A binary change is described, not shown: there is nothing to edit."
-        return ""
+            ),
+            "empty": "There is no patch to edit.",
+            "binary": "A binary change is described, not shown: there is nothing to edit.",
+            "": "",
+        }[self._patch_refusal()]
+
+    @property
+    def hunks_refusal(self) -> str:
+        """Why its hunks cannot be accepted or rejected one by one, or "": where the patch
+        could be edited, for the same reasons (B7)."""
+        return {
+            "tool": f"A {self.tool} call has no patch to choose hunks of.",
+            "several": (
+                "A request that needs several approvers is approved whole or rejected: one "
+                "approver cannot leave part of it out."
+            ),
+            "empty": "There is no patch to choose hunks of.",
+            "binary": "A binary change is described, not shown: it has no hunks to choose.",
+            "": "",
+        }[self._patch_refusal()]
 
     @property
     def remember_refusal(self) -> str:
@@ -185,7 +222,9 @@ class ApprovalDecision(models.Model):
     decision = models.CharField(max_length=8, choices=Decision)
     comment = models.TextField(blank=True)
     shown_digest = models.CharField(max_length=64)
-    edited_diff = models.TextField(blank=True)
+    edited_diff = models.TextField(blank=True)  # the patch applied instead, as on the request
+    rejected_hunks = models.JSONField(default=dict, blank=True)  # path → hunk numbers (B7)
+    accepted_digest = models.CharField(max_length=64, blank=True)  # what this vote approved
     remember = models.BooleanField(default=False)
     decided_at = models.DateTimeField(auto_now_add=True, db_index=True)
 

@@ -15,6 +15,7 @@ from django.core.paginator import Paginator
 from django.db.models import BooleanField, ExpressionWrapper, Prefetch, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_http_methods
 
 from harness_console.roles import may_decide
@@ -24,8 +25,9 @@ from policies.models import Agent, PolicyChangeRequest
 from policies.policy_changes import may_decide_policy_changes
 from runs.approval_outcomes import approval_decide, approvals_decide_group
 
-from .core.patch import diff_rows
-from .diff_view import highlight_css, highlight_rows
+from .core.hunks import HunkRef, hunks_of
+from .core.patch import PatchError, diff_rows
+from .diff_view import highlight_css, highlight_rows, hunk_marks
 from .fingerprint import changes_since_asked
 from .forms import RISKS, DecisionForm, HistoryFilterForm, QueueFilterForm
 from .groups import groups_in
@@ -200,10 +202,14 @@ def _review(
 ) -> HttpResponse:
     user = request.user
     run = approval.run
-    # Once approved with an edit, the edit is the change that counts: it is shown first.
-    lines = (approval.edited_diff or approval.diff).splitlines(keepends=True)
+    # Once approved with an edit, the edit is the change that counts: it is shown first;
+    # approved without some hunks, the proposed change is shown with those marked.
+    shown = approval.diff if approval.rejected_hunks else approval.edited_diff or approval.diff
+    lines = shown.splitlines(keepends=True)
+    rejected = _rejected_keys(approval, form)
     # Highlighting costs per line: a huge diff shows its beginning, the API has it whole.
-    files = highlight_rows(diff_rows("".join(lines[:MAX_DIFF_LINES]))) if lines else []
+    rows = highlight_rows(diff_rows("".join(lines[:MAX_DIFF_LINES]))) if lines else []
+    files = hunk_marks(rows, rejected)
     decisions = list(approval.decisions.select_related("user"))
     votes = sum(d.decision == ApprovalDecision.Decision.APPROVE for d in decisions)
     voted = any(d.user_id == user.pk for d in decisions)
@@ -213,7 +219,8 @@ def _review(
         "approval": approval,
         "run": run,
         "files": files,
-        "applied_edit": bool(approval.edited_diff),
+        "applied_edit": bool(approval.edited_diff) and not approval.rejected_hunks,
+        "rejected_keys": rejected,
         "changed_since": changes_since_asked(approval) if approval.is_pending else [],
         "diff_lines": len(lines),
         "diff_cut": len(lines) > MAX_DIFF_LINES,
@@ -228,6 +235,7 @@ def _review(
         "may_decide": may_decide(user),
         "can_decide": approval.is_pending and may_decide(user) and not is_requester and not voted,
         **_editor(approval, form),
+        "hunk_choice": _hunk_choice(approval),
         "siblings": ApprovalRequest.objects.filter(
             run=run, status=ApprovalRequest.Status.PENDING
         ).exclude(pk=approval.pk),
@@ -250,6 +258,26 @@ def _editor(approval: ApprovalRequest, form: DecisionForm) -> dict[str, Any]:
         "edit_open": changed or "edited_diff" in form.errors,
         "edited_text": typed or approval.diff,
     }
+
+
+def _hunk_choice(approval: ApprovalRequest) -> list[HunkRef]:
+    """The hunks an approver may accept or reject one by one (B7): where the patch could
+    be edited, and only when there are two or more (rejecting the one hunk of a change is
+    rejecting the request)."""
+    if not approval.is_pending or approval.hunks_refusal:
+        return []
+    try:
+        refs = hunks_of(approval.diff)
+    except PatchError:
+        return []
+    return refs if len(refs) > 1 else []
+
+
+def _rejected_keys(approval: ApprovalRequest, form: DecisionForm) -> set[str]:
+    """The hunks shown rejected: as decided, or as ticked on the page that came back."""
+    if approval.rejected_hunks:
+        return {f"{path}:{n}" for path, numbers in approval.rejected_hunks.items() for n in numbers}
+    return form.rejected_keys() if form.is_bound else set()
 
 
 # --- deciding -------------------------------------------------------------------------------
@@ -296,6 +324,14 @@ def _decided_message(approval: ApprovalRequest, decision: str) -> str:
             f"{approval.required_approvals} approvals."
         )
     verb = "Approved" if decision == "approve" else "Rejected"
+    if approval.rejected_hunks:  # as for an edit: written only when the run commits
+        count = sum(len(numbers) for numbers in approval.rejected_hunks.values())
+        return (
+            f"{verb} {what} without the {count} hunk{pluralize(count)} you rejected; the "
+            "model is told which. The rest is written when the run commits, if the files are "
+            "still as you saw them; if another change reached them first, the run asks again "
+            "with the change rebased onto it, your rejected hunks left out."
+        )
     if approval.edited_diff:  # written only when the run commits: say so, never "applied"
         return (
             f"{verb} {what} with your edit. It is written when the run commits, if the files "

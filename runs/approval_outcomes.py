@@ -16,7 +16,7 @@ tells the run's timeline and the live pages of each change (``approval.*`` event
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -58,13 +58,15 @@ def approval_decide(
     remember: bool = False,
     digest: str = "",
     edited_diff: str = "",
+    rejected_hunks: Mapping[str, Any] | None = None,
 ) -> Decided:
     """Record one approver's decision and apply it to the run; of concurrent decisions
     exactly one takes effect (the others get :class:`AlreadyDecided`). A final decision
-    resumes the run: a tool call goes back to the loop (the model hears of a rejection or
-    an edit); a rejected commit fails the run. Past its deadline a request is expired
-    instead, even if the sweep has not come by yet: never decided late."""
-    comment, edited_diff = approval_decision_check(
+    resumes the run: a tool call goes back to the loop (the model hears of a rejection, an
+    edit or the hunks left out); a rejected commit fails the run. Past its deadline a
+    request is expired instead, even if the sweep has not come by yet: never decided late.
+    ``rejected_hunks`` (path → hunk numbers) approves the change without those hunks."""
+    checked = approval_decision_check(
         approval=approval,
         user=user,
         decision=decision,
@@ -73,6 +75,7 @@ def approval_decide(
         remember=remember,
         digest=digest,
         edited_diff=edited_diff,
+        rejected_hunks=rejected_hunks,
     )
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=approval.run_id)
@@ -80,10 +83,11 @@ def approval_decide(
             approval=approval,
             user=user,
             decision=decision,
-            comment=comment,
+            comment=checked.comment,
             remember=remember,
             digest=digest,
-            edited_diff=edited_diff,
+            edited_diff=checked.edited_diff,
+            rejected_hunks=checked.rejected_hunks,
         )
         if isinstance(outcome, Expired):
             _expiry_apply(run, outcome)
@@ -158,7 +162,8 @@ def _decision_apply(run: Run, outcome: Decided) -> None:
         decision=current.status,
         by=who,
         comment=current.comment,
-        edited=bool(current.edited_diff),
+        edited=bool(current.edited_diff) and not current.rejected_hunks,
+        rejected_hunks=current.rejected_hunks,
     )
     remembered = isinstance(outcome, Approved) and outcome.remember
     if remembered and current.kind == ApprovalRequest.Kind.TOOL_CALL:

@@ -321,7 +321,7 @@ def test_diff_rows_several_files_binary_and_odd_lines() -> None:
         ("", False),
         ("gone.txt", False),
     ]
-    assert files[0].inline[1] == files[0].inline[1].__class__("add", None, 1, "x")
+    assert files[0].inline[1] == files[0].inline[1].__class__("add", None, 1, "x", hunk=1)
     assert files[2].inline[0].kind == "context" and files[2].inline[0].text == "stray line"
     assert files[3].side[1].kind == "del" and files[3].side[1].left_no == 1
 

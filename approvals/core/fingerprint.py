@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,26 @@ class Fingerprint:
             default=str,
         )
         return hashlib.sha256(body.encode()).hexdigest()
+
+
+def accepted_digest(
+    request_digest: str, applied_patch: str, rejected_hunks: Mapping[str, Sequence[int]]
+) -> str:
+    """The digest an approval binds to: the request's own when it approves the change as
+    shown; when an approver rejected hunks or edited the patch, one that covers the request
+    and exactly what was accepted (the patch applied instead, the hunks left out), so a
+    decision on a subset is bound to that subset and to no other."""
+    if not applied_patch and not any(rejected_hunks.values()):
+        return request_digest
+    body = json.dumps(
+        {
+            "request": request_digest,
+            "applied_patch": applied_patch,
+            "rejected_hunks": {p: sorted(set(n)) for p, n in rejected_hunks.items() if n},
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def fingerprint_changes(

@@ -289,6 +289,7 @@ class InlineRow:
     old_no: int | None
     new_no: int | None
     text: str
+    hunk: int = 0  # the hunk it belongs to, from 1 in its file (0: before any)
 
 
 @dataclass(frozen=True)
@@ -300,6 +301,7 @@ class SideRow:
     left_text: str | None
     right_no: int | None
     right_text: str | None
+    hunk: int = 0
 
 
 @dataclass
@@ -313,23 +315,30 @@ class DiffFile:
 
 
 def diff_rows(text: str) -> list[DiffFile]:
-    """Rows for an inline and a side-by-side view; never raises: odd lines become context."""
+    """Rows for an inline and a side-by-side view; never raises: odd lines become context.
+    Each row names its hunk, numbered in its file as :func:`parse_patch` numbers them."""
     files: list[DiffFile] = []
     dels: list[tuple[int, str]] = []
     adds: list[tuple[int, str]] = []
     old_no = new_no = 1
+    hunk = 0
 
     def current() -> DiffFile:
         if not files or files[-1].binary:
             files.append(DiffFile("", False))
         return files[-1]
 
+    def inline(kind: Any, old: int | None, new: int | None, body: str) -> None:
+        current().inline.append(InlineRow(kind, old, new, body, hunk))
+
+    def side(kind: RowKind, left: Any, left_text: Any, right: Any, right_text: Any) -> None:
+        current().side.append(SideRow(kind, left, left_text, right, right_text, hunk))
+
     def flush() -> None:
-        side = current().side if dels or adds else []
         for i in range(max(len(dels), len(adds))):
             d, a = dels[i] if i < len(dels) else None, adds[i] if i < len(adds) else None
             kind: RowKind = "change" if d and a else "del" if d else "add"
-            side.append(SideRow(kind, *(d or (None, None)), *(a or (None, None))))
+            side(kind, *(d or (None, None)), *(a or (None, None)))
         dels.clear()
         adds.clear()
 
@@ -340,29 +349,31 @@ def diff_rows(text: str) -> list[DiffFile]:
         if kind == "file":
             old, new = data
             files.append(DiffFile(new or old or "", False))
+            hunk = 0
         elif kind == "binary":
-            files.append(DiffFile(str(data), True))
-            files[-1].inline.append(InlineRow("context", None, None, raw))
+            files.append(DiffFile(str(data), True, [InlineRow("context", None, None, raw)]))
             files[-1].side.append(SideRow("context", None, raw, None, raw))
+            hunk = 0
         elif kind == "hunk":
             o_start, o_len, n_start, n_len = data
             old_no, new_no = o_start + (not o_len), n_start + (not n_len)
-            current().inline.append(InlineRow("hunk", None, None, raw))
-            current().side.append(SideRow("hunk", None, raw, None, raw))
+            hunk = hunk + 1 if files and not files[-1].binary else 1
+            inline("hunk", None, None, raw)
+            side("hunk", None, raw, None, raw)
         elif op == "-":
-            current().inline.append(InlineRow("del", old_no, None, body))
+            inline("del", old_no, None, body)
             dels.append((old_no, body))
             old_no += 1
         elif op == "+":
-            current().inline.append(InlineRow("add", None, new_no, body))
+            inline("add", None, new_no, body)
             adds.append((new_no, body))
             new_no += 1
         elif op == " ":
-            current().inline.append(InlineRow("context", old_no, new_no, body))
-            current().side.append(SideRow("context", old_no, body, new_no, body))
+            inline("context", old_no, new_no, body)
+            side("context", old_no, body, new_no, body)
             old_no, new_no = old_no + 1, new_no + 1
         else:
-            current().inline.append(InlineRow("context", None, None, raw))
-            current().side.append(SideRow("context", None, raw, None, raw))
+            inline("context", None, None, raw)
+            side("context", None, raw, None, raw)
     flush()
     return files

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals.core.fingerprint import fingerprint_changes
+from approvals.core.fingerprint import accepted_digest, fingerprint_changes
+from approvals.core.hunks import hunks_reviewed, verdict_text
 from approvals.core.patch import PatchError, apply_patch
 from approvals.fingerprint import (
     file_bytes,
@@ -249,14 +250,19 @@ def _changes(run: Run, approval: ApprovalRequest, policy_version: int) -> list[s
     )
     shown = fingerprint_recorded(approval)
     changes = fingerprint_changes(shown, now, diff_replaced=bool(approval.edited_diff))
+    bound = accepted_digest(approval.digest, approval.edited_diff, approval.rejected_hunks)
+    if approval.accepted_digest and bound != approval.accepted_digest:
+        changes.append("what was approved (the edit, or the hunks kept) differs from its record")
     if not changes and approval.edited_diff and (problem := _edit_apply(run, approval)):
         changes = [problem]
     return changes
 
 
 def _edit_apply(run: Run, approval: ApprovalRequest) -> str:
-    """Write the approver's edited version into the run's drafts, which the commit then
-    writes; returns a problem, or "" (it was validated against these very files)."""
+    """Write the approver's edited version (or the hunks they accepted) into the run's
+    drafts, which the commit then writes; a file none of whose hunks was accepted gets
+    its draft back to the file's own bytes, so its commit changes nothing. Returns a
+    problem, or "" (it was validated against these very files)."""
     drafts = run.workspace.drafts_path / str(run.pk)
     try:
         edited = apply_patch(
@@ -264,6 +270,12 @@ def _edit_apply(run: Run, approval: ApprovalRequest) -> str:
         )
     except PatchError as error:
         return f"The approved edit no longer applies: {error}"
+    for path in approval.rejected_hunks:
+        current = file_bytes(run.workspace.root_path, path)
+        if path not in edited and path in approval.paths and current is not None:
+            target = (drafts / path).resolve()
+            if target.is_relative_to(drafts.resolve()):
+                target.write_bytes(current)
     for path, text in edited.items():
         target = (drafts / path).resolve()
         if not target.is_relative_to(drafts.resolve()):
@@ -277,15 +289,34 @@ def _edit_apply(run: Run, approval: ApprovalRequest) -> str:
 
 
 def edited_note(record: ToolCall, approval: ApprovalRequest) -> None:
-    """The model hears that what ran is not what it asked for (issue 6, A3)."""
+    """The model hears that what ran is not what it asked for (issue 6, A3), hunk by hunk
+    (B7): which hunks its approver rejected, which they modified and to what."""
     who = username(approval.decided_by)
+    try:
+        verdicts = hunks_reviewed(approval.diff, approval.edited_diff, approval.rejected_hunks)
+    except PatchError:  # the proposed diff had no hunks to name: the patch says it all
+        verdicts = []
+    if record.path:  # a commit writes one file per record: its own hunks
+        verdicts = [v for v in verdicts if v.ref.path == record.path]
+    changed = [verdict_text(v) for v in verdicts if v.verdict != "accepted"]
+    did = "approved only part of" if approval.rejected_hunks else "edited"
     record.output = {
         **(record.output or {}),
         "modified_by_approver": who,
         "approver_note": (
-            f"{who} edited your change before approving it; what was committed is the "
-            "applied_patch, not your draft."
+            f"{who} {did} your change before approving it; what was committed is the "
+            "applied_patch, not your draft." + (f" {'; '.join(changed)}." if changed else "")
         ),
         "applied_patch": approval.edited_diff[:20_000],
+        "hunks": [
+            {
+                "path": v.ref.path,
+                "hunk": v.ref.number,
+                "header": v.ref.header,
+                "verdict": v.verdict,
+                **({"final_text": v.final_text[:20_000]} if v.final_text else {}),
+            }
+            for v in verdicts[:200]
+        ],
     }
     record.save(update_fields=["output"])

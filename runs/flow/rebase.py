@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from approvals.core.fingerprint import content_hash
+from approvals.core.hunks import file_part
 from approvals.core.patch import PatchError, apply_patch
 from approvals.core.rebase import Conflicted, base_of, lines_text, merge
 from approvals.fingerprint import originals_for
@@ -47,6 +48,7 @@ def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
         return None
     drafts = run.workspace.drafts_path / str(run.pk)
     editor = username(approval.decided_by) if approval.edited_diff else ""
+    hunks = bool(approval.rejected_hunks)  # the approver's "edit" is the hunks they kept
     merged: dict[str, str] = {}
     moved: list[str] = []
     for path in changed:
@@ -80,12 +82,19 @@ def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
         else:
             came = f" ({lines_text(result.theirs)} came from it)" if result.theirs else ""
             moved.append(f"{path}{came}")
+    if not _carried(approval, [p for p in approval.paths if p not in changed], now, drafts):
+        return None
     for path, text in merged.items():
         if text == now.get(path):  # the change is in the file already: no empty request
             (drafts / path).unlink(missing_ok=True)
         else:
             (drafts / path).write_text(text, encoding="utf-8")
-    with_edit = f", with the edit {editor} made when approving it," if editor else ""
+    with_edit = (
+        f", {'without the hunks' if hunks else 'with the edit'} {editor} "
+        f"{'rejected' if hunks else 'made'} when approving it,"
+        if editor
+        else ""
+    )
     what = ", ".join(moved)
     return Rebase(
         [
@@ -94,7 +103,8 @@ def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
         ],
         note=f"Rebased onto the file as it is now: {what}."
         + (
-            f" Includes the edit {editor} made when approving the earlier request."
+            f" {'Leaves out the hunks' if hunks else 'Includes the edit'} {editor} "
+            f"{'rejected' if hunks else 'made'} when approving the earlier request."
             if editor
             else ""
         ),
@@ -102,20 +112,49 @@ def drafts_rebase(run: Run, approval: ApprovalRequest) -> Rebase | None:
 
 
 def _ours(base: str, draft: str, theirs: str, approval: ApprovalRequest, path: str) -> str | None:
-    """The run's side: its draft, or the approver's edit applied to the base it was taken
-    against (or, if it does not apply there, to the file it was checked against when
-    approved, which is then already the result)."""
+    """The run's side: its draft, or the approver's edit (or the hunks they accepted)
+    applied to the base it was taken against (or, if it does not apply there, to the file
+    it was checked against when approved, which is then already the result). A file none
+    of whose hunks was accepted is the base: nothing of it is carried."""
     if not approval.edited_diff:
         return draft
+    try:
+        part = file_part(approval.edited_diff, path)
+    except PatchError:
+        return None
+    if not part:
+        return base if path in approval.rejected_hunks else draft
     for original in (base, theirs):
         try:
-            edited = apply_patch({path: original}, approval.edited_diff, approval.paths)
+            edited = apply_patch({path: original}, part, [path])
         except PatchError:
             continue
-        if path in edited and edited[path] is not None:
-            return edited[path]
-        return draft if path not in edited else None
+        return edited.get(path)
     return None
+
+
+def _carried(
+    approval: ApprovalRequest, paths: list[str], now: dict[str, str | None], drafts: Path
+) -> bool:
+    """The approver's edit (or choice of hunks) written into the drafts of the files that
+    did not change, so the request asked again carries it for every file, not only for
+    those rebased; False when it cannot be (then nothing is rebased)."""
+    if not approval.edited_diff:
+        return True
+    carried = {}
+    for path in paths:
+        current, draft = now.get(path), _read(drafts / path)
+        ours = (
+            None
+            if current is None or draft is None
+            else _ours(current, draft, current, approval, path)
+        )
+        if ours is None:
+            return False
+        carried[path] = ours
+    for path, text in carried.items():
+        (drafts / path).write_text(text, encoding="utf-8")
+    return True
 
 
 def _hash(text: str | None) -> str | None:

@@ -1,7 +1,8 @@
 // The approval pages. The queue follows /ws/approvals/, which says only that some request
 // changed: the page then fetches its table again through the ordinary view (same filters),
 // so what it shows is what the database and that view's checks say. The review page
-// switches the diff view, opens the patch editor and takes keyboard shortcuts.
+// switches the diff view, opens the patch editor, accepts or rejects each hunk, and takes
+// keyboard shortcuts.
 (function () {
   "use strict";
   var RETRY_MIN_MS = 500;
@@ -106,13 +107,24 @@
       b.addEventListener("click", function () { showView(b.dataset.view); });
     });
 
+    var hunks = hunkChoice();
+
+    function approveLabel() {
+      var button = document.getElementById("approve");
+      if (!button) return;
+      var left = hunks.rejected();
+      if (editing()) button.textContent = "Approve the edited patch";
+      else if (left) button.textContent = "Approve without " + left + " hunk" + (left === 1 ? "" : "s");
+      else button.textContent = "Approve";
+    }
+    function editing() { return Boolean(toggle && !editBox.hidden); }
     function setEditing(open) {
       if (!toggle) return;
       editBox.hidden = !open;
       patch.disabled = !open;  // a closed editor sends nothing: an ordinary approval
       toggle.setAttribute("aria-expanded", String(open));
-      var button = document.getElementById("approve");
-      if (button) button.textContent = open ? "Approve the edited patch" : "Approve";
+      hunks.setAside(open);  // an edit says itself which hunks stay: never both at once
+      approveLabel();
       if (open) patch.focus();
     }
     if (toggle) {
@@ -121,6 +133,7 @@
 
     function approve() {
       if (!form) return;
+      if (!editing() && hunks.allRejected()) { hunks.sayAllRejected(); return; }
       if (confirmInput && confirmInput.value.trim() !== confirmInput.dataset.expected) {
         confirmInput.focus();  // a strong confirmation is typed, never skipped by a key
         return;
@@ -140,9 +153,14 @@
           e.preventDefault();
           document.getElementById("comment-hint").hidden = false;
           comment.focus();
+        } else if (!rejecting && !editing() && hunks.allRejected()) {
+          e.preventDefault();
+          hunks.sayAllRejected();
         }
       });
     }
+    if (editing()) hunks.setAside(true);  // the page came back with the editor open
+    hunks.onChange(approveLabel);
     function go(url) { if (url) location.href = url; }
 
     document.addEventListener("keydown", function (e) {
@@ -158,8 +176,11 @@
         case "r": reject(); break;
         case "e": if (toggle) setEditing(editBox.hidden); break;
         case "v": showView(inline && inline.hidden ? "inline" : "side"); break;
-        case "n": case "j": go(root.dataset.nextUrl); break;
-        case "k": go(root.dataset.previousUrl); break;
+        case "j": if (!hunks.move(1)) return; break;
+        case "k": if (!hunks.move(-1)) return; break;
+        case "x": if (!hunks.toggleFocused()) return; break;
+        case "n": go(root.dataset.nextUrl); break;
+        case "p": go(root.dataset.previousUrl); break;
         case "?":
           if (!help) return;
           if (help.open) help.close(); else help.showModal();
@@ -173,6 +194,112 @@
     return function (change) {
       if (root.dataset.status === "pending" && change && change.approval === root.dataset.approval) {
         document.getElementById("review-stale").hidden = false;
+      }
+    };
+  }
+
+  // --- hunks: each accepted unless rejected (B7) --------------------------------------------
+  // The form's "reject hunk" checkboxes are the choice (they work without this script);
+  // the buttons on each hunk of the diff and the keys tick them, and the rows show it.
+  function hunkChoice() {
+    var boxes = Array.prototype.slice.call(document.querySelectorAll('input[name="rejected_hunk"]'));
+    var rows = {};
+    var buttons = [];
+    var focused = null;
+    var listeners = [];
+    var summary = document.getElementById("hunk-summary");
+    document.querySelectorAll("tr[data-hunk]").forEach(function (row) {
+      (rows[row.dataset.hunk] = rows[row.dataset.hunk] || []).push(row);
+    });
+    function boxFor(key) {
+      for (var i = 0; i < boxes.length; i++) if (boxes[i].value === key) return boxes[i];
+      return null;
+    }
+    function rejected() {
+      return boxes.filter(function (b) { return b.checked; }).length;
+    }
+    function paint() {
+      boxes.forEach(function (box) {
+        (rows[box.value] || []).forEach(function (row) {
+          row.classList.toggle("hunk-rejected", box.checked);
+        });
+      });
+      buttons.forEach(function (button) {
+        var box = boxFor(button.dataset.hunk);
+        var rejecting = button.classList.contains("hunk-reject");
+        button.setAttribute("aria-pressed", String(Boolean(box && box.checked) === rejecting));
+      });
+      if (summary && boxes.length) {
+        var left = rejected();
+        summary.textContent = (boxes.length - left) + " of " + boxes.length + " hunks accepted" +
+          (left ? "; the " + left + " rejected " + (left === 1 ? "is" : "are") + " left out." : ".");
+      }
+      listeners.forEach(function (f) { f(); });
+    }
+    document.querySelectorAll(".hunk-tools button").forEach(function (button) {
+      if (!boxFor(button.dataset.hunk)) return;
+      buttons.push(button);
+      button.disabled = false;
+      button.addEventListener("click", function () {
+        boxFor(button.dataset.hunk).checked = button.classList.contains("hunk-reject");
+        focus(button.dataset.hunk, false);
+        paint();
+      });
+    });
+    boxes.forEach(function (box) { box.addEventListener("change", paint); });
+    // The hunk headers of the view on screen, in order.
+    function headers() {
+      return Array.prototype.filter.call(
+        document.querySelectorAll("tr.row-hunk[data-hunk]"),
+        function (row) { return row.offsetParent !== null && boxFor(row.dataset.hunk); }
+      );
+    }
+    function focus(key, scroll) {
+      focused = key;
+      document.querySelectorAll("tr.hunk-focus").forEach(function (row) {
+        row.classList.remove("hunk-focus");
+      });
+      // Both views' header: the focus stays put when v switches the view.
+      (rows[key] || []).forEach(function (row) {
+        if (!row.classList.contains("row-hunk")) return;
+        row.classList.add("hunk-focus");
+        if (scroll && row.offsetParent !== null) row.scrollIntoView({block: "center"});
+      });
+    }
+    paint();
+    return {
+      rejected: rejected,
+      allRejected: function () { return boxes.length > 0 && rejected() === boxes.length; },
+      sayAllRejected: function () {
+        summary.textContent = "Every hunk is rejected: that is a rejection of the whole " +
+          "change. Say why in the comment and press Reject.";
+        document.getElementById("comment").focus();
+      },
+      onChange: function (f) { listeners.push(f); f(); },
+      // j / k: false when there is no hunk to move to (the key then does nothing).
+      move: function (step) {
+        var list = headers().map(function (row) { return row.dataset.hunk; });
+        if (!list.length || boxes[0].disabled) return false;
+        var at = list.indexOf(focused);
+        var next = at < 0 ? (step > 0 ? 0 : list.length - 1) : Math.min(Math.max(at + step, 0), list.length - 1);
+        focus(list[next], true);
+        return true;
+      },
+      // x: the focused hunk rejected, or accepted again; with none focused, the first.
+      toggleFocused: function () {
+        if (!focused) return this.move(1);
+        var box = boxFor(focused);
+        if (!box || box.disabled) return false;
+        box.checked = !box.checked;
+        paint();
+        return true;
+      },
+      setAside: function (aside) {
+        boxes.forEach(function (box) { box.disabled = aside; });
+        buttons.forEach(function (button) { button.disabled = aside; });
+        var note = document.getElementById("hunk-edit-note");
+        if (note) note.hidden = !aside;
+        if (summary) summary.hidden = aside;
       }
     };
   }
