@@ -1,7 +1,8 @@
-"""The evals page in a real browser on a real daphne (SPEC E1, issue point 5): the pass rate
-chart is drawn with the local plotly.js, one line per category, a click on a point opens
-that suite run's page, and neither page logs a console error. The numbers behind the chart
-are tested in test_eval_pages."""
+"""The evals page in a real browser on a real daphne (SPEC E1, issue 19 point 4): the pass
+rate chart is drawn with the local plotly.js, one line per category, each suite a slot
+labelled with its start and no point hiding another, a click on a point opens that suite
+run's page, and neither page logs a console error. The numbers behind the chart are tested
+in test_eval_pages."""
 
 from __future__ import annotations
 
@@ -33,14 +34,34 @@ def finished_suite(started: datetime, model: str, passed: dict[str, tuple[int, i
     return suite
 
 
+def overlapping(boxes: list[dict]) -> list[tuple[int, int]]:
+    return [
+        (i, j)
+        for i, a in enumerate(boxes)
+        for j, b in enumerate(boxes[i + 1 :], i + 1)
+        if a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    ]
+
+
 def test_the_evals_page_draws_the_pass_rates_and_a_point_opens_its_suite(
     live_stack, page, client, personas
 ):
+    """Three suites, two of them 30 s apart with both categories at 100 %: each suite is
+    a slot labelled with its start, and no point hides another."""
+    from evals.charts import suite_labels
+
     now = datetime.now(UTC).replace(microsecond=0)
     older = finished_suite(
         now - timedelta(days=1), "replay", {"simple": (2, 3), "malicious": (1, 1)}
     )
-    finished_suite(now, "anthropic", {"simple": (1, 1), "malicious": (0, 1)})
+    everything = {"simple": (1, 1), "malicious": (1, 1)}
+    close = finished_suite(now - timedelta(seconds=30), "replay", everything)
+    newest = finished_suite(now, "anthropic", {"simple": (1, 1), "malicious": (0, 1)})
+    labels = suite_labels(list(EvalSuiteRun.objects.order_by("started_at")))
+    assert len(labels) == 3 and close.pk != newest.pk
     errors = console_errors(page)
     login(page, live_stack, client, personas.ops)
 
@@ -50,6 +71,12 @@ def test_the_evals_page_draws_the_pass_rates_and_a_point_opens_its_suite(
     expect(plot.locator("svg.main-svg").first).to_be_visible()
     expect(plot.locator(".scatterlayer .trace")).to_have_count(2)  # simple and malicious
     expect(plot.locator(".legendtext")).to_have_text(["simple", "malicious"])
+    expect(plot.locator(".xtick text")).to_have_text(labels)  # dates and times, readable
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?", label) for label in labels)
+    points = plot.locator(".scatterlayer .trace .points path")
+    expect(points).to_have_count(6)
+    boxes = [points.nth(i).bounding_box() for i in range(6)]
+    assert all(boxes) and overlapping(boxes) == [], boxes
 
     point = plot.locator(".scatterlayer .trace").first.locator(".points path").first
     box = point.bounding_box()
