@@ -529,6 +529,57 @@ def test_the_form_is_prefilled_to_replay_to_the_same_failure(client, personas, r
         assert f'value="{effect}"' in html
 
 
+def test_a_rejected_run_is_prefilled_to_the_rejection_not_the_approvers_words(
+    client, personas, agent, workspace
+):
+    """The replay rejects as the eval set's approver with its own comment: the default
+    expects the rejection and the approvals asked, which it reproduces, not april's words
+    (the replay itself is tested with the eval runner)."""
+    from approvals.models import ApprovalRequest
+
+    run = failed_run(personas, agent, workspace)
+    reason = "rejected by april-approver: Not this wording, please"
+    Run.objects.filter(pk=run.pk).update(failure_reason=reason, failure_kind="rejected")
+    for n, (kind, tool, status) in enumerate(
+        [
+            ("tool_call", "patchDraft", "approved"),
+            ("tool_call", "patchDraft", "invalidated"),
+            ("commit", "", "rejected"),
+        ]
+    ):
+        ApprovalRequest.objects.create(
+            run=run, kind=kind, tool=tool, tool_use_id=f"t{n}", status=status
+        )
+    client.force_login(personas.ops)
+    html = get(client, add_url(run))
+    assert re.search(r'<option value="failed" selected>', html)
+    assert 'name="failure_contains" value="rejected by"' in html
+    assert 'name="approvals" value="patchDraft, commit"' in html
+    assert 'id="eval-add-rejected"' in html and "april" not in html.split("eval-add-form")[1]
+
+
+def test_an_expired_run_is_prefilled_to_wait_where_the_replay_stops(
+    client, personas, agent, workspace
+):
+    from approvals.models import ApprovalRequest
+
+    run = failed_run(personas, agent, workspace)
+    Run.objects.filter(pk=run.pk).update(
+        failure_reason="approval expired: nobody decided within 24 h",
+        failure_kind="approval_expired",
+    )
+    for n, (tool, status) in enumerate([("readSource", "expired"), ("publish", "pending")]):
+        ApprovalRequest.objects.create(
+            run=run, kind="tool_call", tool=tool, tool_use_id=f"t{n}", status=status
+        )
+    client.force_login(personas.ops)
+    html = get(client, add_url(run))
+    assert re.search(r'<option value="waiting_for_approval" selected>', html)
+    assert "approval expired" not in re.search(r'name="failure_contains"[^>]*>', html).group(0)
+    assert 'name="approvals" value="readSource"' in html  # the replay stops at the first
+    assert 'id="eval-add-expired"' in html
+
+
 def test_a_rolled_back_run_is_prefilled_to_complete(client, personas, agent, workspace):
     """A person rolled it back after it completed; its replay completes the same way."""
     run = failed_run(personas, agent, workspace, status="rolled_back")

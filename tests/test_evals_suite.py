@@ -20,13 +20,14 @@ from django.utils import timezone
 
 from evals.core.cases import CATEGORIES
 from evals.loading import SuiteError
-from evals.models import EvalResult, EvalSuiteRun
+from evals.models import EvalCase, EvalResult, EvalSuiteRun
 from evals.suite import suite_run
 from policies.models import Policy
 from runs.models import Run
 from runs.services import run_create
 from tests.conftest import FAKE_KEY, SEEDED
 from tests.fake_anthropic import message
+from tests.helpers import BROKEN, FIX
 from tests.stack import wait_until
 
 pytestmark = SEEDED
@@ -180,6 +181,7 @@ def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
         user=personas.ops,
     )
     assert "never-copied-0001" not in json.dumps(same.data)
+    rejected = rejected_case(live_stack, personas, agent, workspace)
 
     code, out, _ = run_evals("--category", "historical", "--json")
 
@@ -189,6 +191,11 @@ def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
     assert set(failed) == {should.name}
     results = {r.case: r for r in EvalResult.objects.filter(suite_id=report["suite"])}
     assert results[same.name].passed
+    # The rejection replays to a pass under the form's default expectation, though the
+    # replay's approver and comment are the eval set's, not the recorded person's.
+    assert results[rejected.name].passed, results[rejected.name].failures
+    reason = results[rejected.name].run.failure_reason
+    assert reason.startswith("rejected by eval-approver: ") and "wording" not in reason
     replayed = results[same.name].run
     assert replayed.pk != run.pk and replayed.failure_reason == run.failure_reason
     assert replayed.failure_kind == run.failure_kind == "max_turns"
@@ -199,6 +206,52 @@ def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
         f"ended failed ({run.failure_reason}); expected completed"
     ]
     assert results[should.name].run.failure_reason == run.failure_reason
+
+
+def rejected_case(live_stack, personas, agent, workspace) -> EvalCase:
+    """A commit an approver rejected with a comment, added to the eval set as the form
+    offers it by default (only the name changed)."""
+    from approvals.models import ApprovalRequest
+    from evals.forms import EvalCaseForm, eval_case_initial
+    from evals.from_runs import eval_case_from_run
+    from runs.approval_outcomes import approval_decide
+
+    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
+    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
+    run = run_create(agent=agent, workspace=workspace, requester=personas.operator, request=FIX)
+    wait_until(
+        lambda: ApprovalRequest.objects.filter(run=run, status="pending").exists(),
+        timeout=60,
+        what="the commit's approval request",
+    )
+    pending = ApprovalRequest.objects.get(run=run, status="pending")
+    approval_decide(
+        approval=pending,
+        user=personas.approver,
+        decision="reject",
+        comment="Not this wording, please",
+        confirm=pending.confirm_expected or "",
+        digest=pending.digest,
+    )
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).status == "failed", timeout=60, what="the rejection"
+    )
+    run.refresh_from_db()
+    assert run.failure_reason == "rejected by april-approver: Not this wording, please"
+    form = EvalCaseForm(data={**eval_case_initial(run), "name": "rejected-link-fix"})
+    assert form.is_valid(), form.errors
+    assert form.expect() == {
+        "status": "failed",
+        "failure_contains": "rejected by",
+        "approvals": ["commit"],
+    }
+    return eval_case_from_run(
+        run=run,
+        name=form.cleaned_data["name"],
+        title=form.cleaned_data["title"],
+        expect=form.expect(),
+        user=personas.ops,
+    )
 
 
 def test_a_live_model_is_judged_on_what_the_harness_let_happen(
