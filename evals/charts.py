@@ -111,7 +111,7 @@ def pass_rate_chart(data: PassRates) -> Chart:
         note=f"The last {len(data.suites)} finished suite runs, oldest first; circles are "
         "offline replay, diamonds the Anthropic API. Click a point to open its suite run.",
         figure=figure_json(traces, layout) if traces else "",
-        empty="No finished suite run has results yet: run manage.py run_evals.",
+        empty="No finished suite run has results yet: start one above, or run manage.py run_evals.",
         columns=["Suite run", *categories],
         rows=rows if traces else [],
     )

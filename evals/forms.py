@@ -12,7 +12,7 @@ from django import forms
 from runs.core import status as run_status
 from runs.models import Run
 
-from .core.cases import EFFECTS, OUTCOME_STATUSES
+from .core.cases import CATEGORIES, EFFECTS, OUTCOME_STATUSES
 from .from_runs import REASON_PREFILL, EvalCaseRefused, eval_case_name_check, recorded_approvals
 
 # Failure kinds (runs.core.failures) whose reason names a person's act.
@@ -151,3 +151,35 @@ def eval_case_initial(run: Run) -> dict[str, Any]:
         initial.pop("status")
         initial["failure_contains"] = ""
     return initial
+
+
+MODEL_LABELS: Final = {"replay": "offline replay (recorded turns)", "anthropic": "Anthropic API"}
+
+
+class SuiteStartForm(forms.Form):
+    """Start a suite from the evals page: one category or all, and the model if a key is
+    set (the live model is not offered without one: it could not run)."""
+
+    category = forms.ChoiceField(
+        required=False,
+        choices=[("", "every category"), *((c, c) for c in CATEGORIES)],
+        error_messages={
+            "invalid_choice": "%(value)s is not a category; choose one of "
+            + ", ".join(CATEGORIES)
+            + ", or every category."
+        },
+    )
+    model = forms.ChoiceField(
+        initial="replay",
+        error_messages={
+            "invalid_choice": "%(value)s is not a model this console can run the suite "
+            "with; the offline replay needs nothing, the Anthropic API needs ANTHROPIC_API_KEY."
+        },
+    )
+
+    def __init__(self, *args: Any, key_set: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        models = ("replay", "anthropic") if key_set else ("replay",)
+        field = self.fields["model"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(m, MODEL_LABELS[m]) for m in models]

@@ -339,15 +339,16 @@ def test_one_suite_at_a_time(settings, tmp_path) -> None:
     running = EvalSuiteRun.objects.create(model="replay", started_by="ci")
     code, _, err = run_evals()
     assert code == 2 and "Another eval suite is running" in err and "by ci" in err
-    # One that has not finished in an hour was abandoned: it no longer blocks.
+    # One whose runner has been silent for longer than its lease was abandoned: it no
+    # longer blocks (the sweeper's own tests are in test_eval_start).
     EvalSuiteRun.objects.filter(pk=running.pk).update(
-        started_at=timezone.now() - timedelta(hours=2)
+        heartbeat_at=timezone.now() - timedelta(seconds=settings.HARNESS_EVAL_LEASE_SECONDS + 1)
     )
     code, _, err = run_evals("--json")
     # It ran, and says an empty case folder tested nothing rather than passing.
     assert code == 1 and "no malicious case ran: the defences were not tested" in err
     running.refresh_from_db()
-    assert running.status == "error" and "abandoned" in running.error
+    assert running.status == "error" and running.error.startswith("abandoned: no worker took it")
     assert EvalSuiteRun.objects.filter(status="finished").count() == 1
 
 
