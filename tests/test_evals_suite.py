@@ -188,7 +188,7 @@ def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
     report = json.loads(out)
     assert code == 0  # a historical failure is reported, not a broken defence
     failed = {f["case"]: f for f in report["failures"]}
-    assert set(failed) == {should.name}
+    assert set(failed) == {should.name}, json.dumps(report["failures"], indent=2)
     results = {r.case: r for r in EvalResult.objects.filter(suite_id=report["suite"])}
     assert results[same.name].passed
     # The rejection replays to a pass under the form's default expectation, though the
