@@ -108,8 +108,13 @@ def pass_rate_chart(data: PassRates) -> Chart:
     return Chart(
         key="eval-pass-rate",
         title="Pass rate per category",
-        note=f"The last {len(data.suites)} finished suite runs, oldest first; circles are "
-        "offline replay, diamonds the Anthropic API. Click a point to open its suite run.",
+        note=(
+            f"The last {len(data.suites)} finished suite runs, oldest first"
+            if len(data.suites) != 1
+            else "The one finished suite run"
+        )
+        + "; circles are offline replay, diamonds the Anthropic API. Click a point to open "
+        "its suite run.",
         figure=figure_json(traces, layout) if traces else "",
         empty="No finished suite run has results yet: start one above, or run manage.py run_evals.",
         columns=["Suite run", *categories],

@@ -332,6 +332,8 @@ def test_one_suite_is_one_labelled_slot_not_a_sub_millisecond_time_axis(client, 
     assert [t["x"] for t in figure["data"]] == [["2026-03-02 12:00"]] * 3
     assert [t["y"] for t in figure["data"]] == [[100.0]] * 3
     assert layout["yaxis"]["range"][0] < 0 and layout["yaxis"]["range"][1] > 100  # no clipping
+    html = get(client, reverse("evals:index"))
+    assert "The one finished suite run; circles are offline replay" in html
 
 
 def test_suites_minutes_or_seconds_apart_each_get_a_readable_slot_of_their_own(client, personas):
