@@ -5,16 +5,20 @@ the operator expects the replay to do (a case's ``expect`` object, parsed into
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 from django import forms
 
 from runs.core import status as run_status
 from runs.models import Run
 
-from .core.cases import EFFECTS, OUTCOME_STATUSES
-from .from_runs import REASON_PREFILL, EvalCaseRefused, eval_case_name_check
+from .core.cases import CATEGORIES, EFFECTS, OUTCOME_STATUSES
+from .from_runs import REASON_PREFILL, EvalCaseRefused, eval_case_name_check, recorded_approvals
 
+# Failure kinds (runs.core.failures) whose reason names a person's act.
+REJECTED_KIND: Final = "rejected"
+REJECTED_PREFIX: Final = "rejected by"
+EXPIRED_KIND: Final = "approval_expired"
 TOOL_RE = re.compile(r"^[A-Za-z0-9_.:/*-]{1,200}$")
 
 
@@ -121,18 +125,61 @@ class EvalCaseForm(forms.Form):
 
 
 def eval_case_initial(run: Run) -> dict[str, Any]:
-    """By default the case replays to the same failure: the run's status and the start of
-    its failure reason; the operator edits it into what should have happened. A rolled-back
-    run completed before a person undid it, and a replay completes the same way; a
-    cancellation is a person's act no replay repeats, so nothing is pre-filled for it."""
+    """By default the case replays to the same failure, asserting only what a replay
+    reproduces: the run's status, the approvals it asked for and the start of its failure
+    reason; the operator edits it into what should have happened.
+
+    Where the reason names a person's act, the replay's differs: a rejection names the
+    eval set's approver and its scripted comment ("rejected by eval-approver: ..."), so
+    only "rejected by" is expected; an expiry does not happen in a replay, which leaves the
+    run waiting for that approval; a cancellation is an act no replay repeats, so neither
+    status nor reason is pre-filled. A rolled-back run completed before a person undid it,
+    and a replay completes the same way."""
     lines = run.request.strip().splitlines()
     initial = {
         "name": f"run-{run.pk.hex[:8]}",
         "title": lines[0][:120] if lines else "",
         "status": run_status.COMPLETED if run.status == run_status.ROLLED_BACK else run.status,
         "failure_contains": run.failure_reason.strip()[:REASON_PREFILL].strip(),
+        "approvals": ", ".join(recorded_approvals(run)),
     }
-    if run.failure_kind == "cancelled":
+    if run.failure_kind == REJECTED_KIND:
+        initial["failure_contains"] = REJECTED_PREFIX
+    elif run.failure_kind == EXPIRED_KIND:
+        initial.update(status=run_status.WAITING_FOR_APPROVAL, failure_contains="")
+    elif run.failure_kind == run_status.CANCELLED_KIND:
         initial.pop("status")
         initial["failure_contains"] = ""
     return initial
+
+
+MODEL_LABELS: Final = {"replay": "offline replay (recorded turns)", "anthropic": "Anthropic API"}
+
+
+class SuiteStartForm(forms.Form):
+    """Start a suite from the evals page: one category or all, and the model if a key is
+    set (the live model is not offered without one: it could not run)."""
+
+    category = forms.ChoiceField(
+        required=False,
+        choices=[("", "every category"), *((c, c) for c in CATEGORIES)],
+        error_messages={
+            "invalid_choice": "%(value)s is not a category; choose one of "
+            + ", ".join(CATEGORIES)
+            + ", or every category."
+        },
+    )
+    model = forms.ChoiceField(
+        initial="replay",
+        error_messages={
+            "invalid_choice": "%(value)s is not a model this console can run the suite "
+            "with; the offline replay needs nothing, the Anthropic API needs ANTHROPIC_API_KEY."
+        },
+    )
+
+    def __init__(self, *args: Any, key_set: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        models = ("replay", "anthropic") if key_set else ("replay",)
+        field = self.fields["model"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(m, MODEL_LABELS[m]) for m in models]

@@ -291,6 +291,25 @@ def recorded_decisions(run: Run) -> list[str]:
     return decisions
 
 
+def recorded_approvals(run: Run) -> list[str]:
+    """What the run asked people to approve, as a case names it (``commit`` for a commit,
+    else the tool), once each in the order first asked, up to and including the first
+    request nobody decided: the replay asks the same and stops where the decisions do."""
+    asked: list[str] = []
+    for kind, tool, status in (
+        ApprovalRequest.objects.filter(run=run)
+        .exclude(status=ApprovalRequest.Status.INVALIDATED)
+        .order_by("requested_at")
+        .values_list("kind", "tool", "status")
+    ):
+        name = "commit" if kind == ApprovalRequest.Kind.COMMIT else (tool or kind)
+        if name not in asked:
+            asked.append(name)
+        if status not in (ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.REJECTED):
+            break
+    return asked
+
+
 def case_data(
     *, run: Run, name: str, title: str, expect: dict[str, Any], user: Any
 ) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from policies.models import SLUG_VALIDATOR
 
@@ -42,8 +43,14 @@ class EvalCase(models.Model):
 
 
 class EvalSuiteRun(models.Model):
-    """One run of the eval set (``manage.py run_evals``): what was run, against which model,
-    and how many cases passed per category."""
+    """One run of the eval set (``manage.py run_evals``, or started from the evals page and
+    run by a worker): what was run, against which model, how far it has got and how many
+    cases passed per category.
+
+    While it runs, ``passed``, ``failed`` and ``skipped`` count the cases judged so far out
+    of ``total`` (0 until the cases are laid out), and ``heartbeat_at`` is its runner's
+    last sign of life: one silent for longer than ``HARNESS_EVAL_LEASE_SECONDS`` is marked
+    abandoned (``evals.progress.suites_abandoned_mark``)."""
 
     class Status(models.TextChoices):
         RUNNING = "running"
@@ -59,8 +66,11 @@ class EvalSuiteRun(models.Model):
     failed = models.PositiveIntegerField(default=0)
     skipped = models.PositiveIntegerField(default=0)
     summary = models.JSONField(default=dict, blank=True)  # category -> {passed, failed}
+    total = models.PositiveIntegerField(default=0)  # cases to judge, broken ones included
     error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)  # who runs it: "" until claimed
     started_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -75,6 +85,11 @@ class EvalSuiteRun(models.Model):
 
     def __str__(self) -> str:
         return f"eval suite {self.started_at:%Y-%m-%d %H:%M} ({self.model})"
+
+    @property
+    def done(self) -> int:
+        """Cases judged so far (skipped ones included)."""
+        return self.passed + self.failed + self.skipped
 
     @property
     def summary_ordered(self) -> list[tuple[str, dict[str, int]]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -50,15 +51,25 @@ def run_settled(run: Run) -> bool:
     return run.status in run_status.WAITING and not run.lease_owner
 
 
-def runs_await(prepared: list[Prepared], case_timeout: float, claim_timeout: float) -> None:
+def runs_await(
+    prepared: list[Prepared],
+    case_timeout: float,
+    claim_timeout: float,
+    *,
+    on_settled: Callable[[Prepared], None] = lambda item: None,
+    tick: Callable[[], None] = lambda: None,
+) -> None:
     """Until every run has ended or waits for a person (giving the case's scripted intake
-    answers and approval decisions on the way), or its time is up. No run claimed by any
-    worker within ``claim_timeout``: no worker is running; say so."""
+    answers and approval decisions on the way), or its time is up; ``on_settled`` hears of
+    each such run as soon as it is one (the suite judges it then), ``tick`` each round (the
+    suite's sign of life). No run claimed by any worker within ``claim_timeout``: no
+    worker is running; say so."""
     approver = eval_user(EVAL_APPROVER, DECIDE)
     waiting = {p.run.pk: p for p in prepared if p.run is not None}
     began = time.monotonic()
     claimed = False
     while waiting:
+        tick()
         rows = Run.objects.filter(pk__in=list(waiting)).only(
             "pk", "status", "lease_owner", "lease_token"
         )
@@ -69,6 +80,7 @@ def runs_await(prepared: list[Prepared], case_timeout: float, claim_timeout: flo
             answered = not timed_out and run_settled(run) and _respond(item, run, approver)
             if timed_out or (run_settled(run) and not answered):
                 del waiting[run.pk]
+                on_settled(item)
         if not claimed and time.monotonic() - began > claim_timeout:
             raise SuiteError(
                 f"No worker took the eval runs within {claim_timeout:g} s. Start the console "

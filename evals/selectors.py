@@ -12,7 +12,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
 from django.http import Http404
 
-from harness_console.roles import may_see_evals
+from harness_console.roles import may_run_evals, may_see_evals
 from runs.selectors import parse_run_id
 
 from .core.cases import CATEGORIES
@@ -138,3 +138,15 @@ def suite_results(suite: EvalSuiteRun) -> list[tuple[str, list[EvalResult]]]:
         groups.setdefault(result.category, []).append(result)
     order = {c: i for i, c in enumerate((*CATEGORIES, BROKEN))}
     return sorted(groups.items(), key=lambda item: (order.get(item[0], 99), item[0]))
+
+
+def suite_progress() -> EvalSuiteRun | None:
+    """The suite the evals page follows: the running one, else the newest."""
+    running = EvalSuiteRun.objects.filter(status=EvalSuiteRun.Status.RUNNING).first()
+    return running or EvalSuiteRun.objects.order_by("-started_at").first()
+
+
+def progress_context(user: Any) -> dict[str, Any]:
+    """What the progress fragment (evals/index_progress.html) shows this user: the suite
+    it follows, and whether the user may start one (then the start button's state too)."""
+    return {"progress": suite_progress(), "may_run": may_run_evals(user)}

@@ -10,6 +10,7 @@ from evals import views as eval_views
 app_name = "evals"
 urlpatterns = [
     path("", eval_views.evals_index, name="index"),
+    path("start/", eval_views.evals_start, name="start"),
     path("<str:suite_id>/", eval_views.evals_suite, name="suite"),
     path("<str:suite_id>/report.json", eval_views.evals_report, name="report"),
 ]

@@ -1,6 +1,7 @@
 """The evals pages (SPEC E1, issue points 4 and 5): every suite run with the pass rates per
-category over time, one suite's failures linked to their runs, and "add to eval set" on a
-failed run. Thin: check who is asking, call a selector or the service, render."""
+category over time, a suite started from the page and followed live, one suite's failures
+linked to their runs, and "add to eval set" on a failed run. Thin: check who is asking,
+call a selector or the service, render."""
 
 from __future__ import annotations
 
@@ -12,37 +13,82 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 
-from harness_console.roles import may_add_eval_case, may_see_evals
+from harness_console.roles import may_add_eval_case, may_run_evals, may_see_evals
+from harness_console.web.fragments import wants_fragment
+from runs.model_clients import model_key_set
 from runs.models import Run
 from runs.selectors import run_get_for_user
 
 from .charts import pass_rate_chart
-from .forms import EvalCaseForm, eval_case_initial
+from .forms import EvalCaseForm, SuiteStartForm, eval_case_initial
 from .from_runs import EvalCaseRefused, eval_case_from_run, eval_case_refusal
+from .loading import SuiteError
 from .selectors import (
     BadPage,
     eval_set,
     evals_check,
     pass_rates,
+    progress_context,
     suite_get_for_user,
     suite_results,
     suite_runs_page,
 )
+from .starting import suite_start
 from .suite import suite_report
 
 
 @login_required
 def evals_index(request: HttpRequest) -> HttpResponse:
-    """``?page=N``: the suite runs, newest first, the chart, and what the eval set holds."""
+    """``?page=N``: the suite runs, newest first, the chart, what the eval set holds, and
+    the suite in progress (alone for an htmx request: ``evals/index_progress.html``)."""
     evals_check(request.user)
-    context: dict[str, Any] = {"eval_set": eval_set(), "chart": pass_rate_chart(pass_rates())}
+    if wants_fragment(request):
+        return render(request, "evals/index_progress.html", progress_context(request.user))
+    return _index(request, SuiteStartForm(key_set=model_key_set()))
+
+
+def _index(request: HttpRequest, form: SuiteStartForm, status: int = 200) -> HttpResponse:
+    context: dict[str, Any] = {
+        "eval_set": eval_set(),
+        "chart": pass_rate_chart(pass_rates()),
+        "start_form": form,
+        "key_set": model_key_set(),
+        **progress_context(request.user),
+    }
     try:
         context["page"] = suite_runs_page(request.GET.get("page"))
     except BadPage as error:
         context["error"] = str(error)
-        return render(request, "evals/index.html", context, status=error.status)
-    return render(request, "evals/index.html", context)
+        status = error.status
+    return render(request, "evals/index.html", context, status=status)
+
+
+@login_required
+@require_POST
+def evals_start(request: HttpRequest) -> HttpResponse:
+    """Start a suite for a worker to run (ops and admins); the page then follows it live.
+    Bad input is a 400 and a second suite a 409, each said on the page's form."""
+    if not may_run_evals(request.user):
+        raise PermissionDenied("Your role may not start eval suites.")
+    form = SuiteStartForm(request.POST, key_set=model_key_set())
+    status = 400
+    if form.is_valid():
+        try:
+            suite = suite_start(
+                model=form.cleaned_data["model"],
+                category=form.cleaned_data["category"],
+                user=request.user,
+            )
+        except SuiteError as error:
+            form.add_error(None, str(error))
+            status = 409
+        else:
+            what = suite.category or "every category"
+            messages.success(request, f"Started a suite of {what}: its progress shows below.")
+            return redirect(f"{reverse('evals:index')}#eval-run")
+    return _index(request, form, status)
 
 
 @login_required

@@ -19,13 +19,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns as approval_sockets  # noqa: E402
+from evals.routing import websocket_urlpatterns as eval_sockets  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 
+sockets = websocket_urlpatterns + approval_sockets + eval_sockets
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(cast(Any, websocket_urlpatterns + approval_sockets)))
+            AuthMiddlewareStack(URLRouter(cast(Any, sockets)))
         ),
     }
 )

@@ -26,10 +26,11 @@ _SEE_RUNS = ("runs.view_run", "runs.view_step", "runs.view_runevent")
 _SEE_EVALS = ("evals.view_evalsuiterun", "evals.view_evalresult", "evals.view_evalcase")
 
 SEE_RUNS, SUBMIT_RUNS, DECIDE = "runs.view_run", "runs.add_run", "approvals.decide_approval"
-VIEW_DASHBOARDS, SEE_EVALS, ADD_EVAL_CASE = (
+VIEW_DASHBOARDS, SEE_EVALS, ADD_EVAL_CASE, RUN_EVALS = (
     "runs.view_dashboards",
     "evals.view_evalsuiterun",
     "evals.add_evalcase",
+    "evals.add_evalsuiterun",
 )
 
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
@@ -39,8 +40,8 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     # dashboards show them how long approvals wait and what escaped verification.
     APPROVER: (*_SEE_RUNS, DECIDE, "runs.view_dashboards", *_SEE_EVALS),
     # Ops watch the operations and retrospective dashboards and the eval set's results,
-    # and turn a failed run into an eval case.
-    OPS: (*_SEE_RUNS, "runs.view_dashboards", *_SEE_EVALS, "evals.add_evalcase"),
+    # start a suite of it from the evals page, and turn a failed run into an eval case.
+    OPS: (*_SEE_RUNS, "runs.view_dashboards", *_SEE_EVALS, ADD_EVAL_CASE, RUN_EVALS),
 }
 
 
@@ -131,3 +132,8 @@ def may_see_evals(user: Any) -> bool:
 
 def may_add_eval_case(user: Any) -> bool:
     return _holds(user, ADD_EVAL_CASE)
+
+
+def may_run_evals(user: Any) -> bool:
+    """Start a suite of the eval set from the evals page (ops and admins)."""
+    return _holds(user, RUN_EVALS)

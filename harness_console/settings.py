@@ -251,7 +251,12 @@ _ROUTED = {
         "runs.tasks.approvals_sweep",
         "runs.tasks.rollups_reconcile_recent",
         "runs.tasks.live_layer_trim",
+        "evals.tasks.suites_sweep",
     ),
+    # An eval suite started from the console: one at a time, for minutes, mostly waiting on
+    # its runs. Not on runs, where it would wait behind the backlog its own runs join; on
+    # default, whose small pool it holds one thread of while the sweepers keep theirs.
+    CELERY_TASK_DEFAULT_QUEUE: ("evals.tasks.suite_execute",),
 }
 CELERY_TASK_ROUTES = {task: {"queue": queue} for queue, tasks in _ROUTED.items() for task in tasks}
 # A run spends most of its life waiting for the model: workers run tasks on threads, so a
@@ -294,6 +299,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "expire-approvals": {
         "task": "runs.tasks.approvals_sweep",
         "schedule": HARNESS_APPROVAL_SWEEP_SECONDS,
+    },
+    "sweep-abandoned-suites": {
+        "task": "evals.tasks.suites_sweep",
+        "schedule": HARNESS_SWEEP_SECONDS,
     },
 }
 if EMBEDDED:
@@ -376,6 +385,11 @@ HARNESS_EVAL_DIRS = [
     if folder.strip()
 ]
 HARNESS_EVAL_ROOT = Path(os.environ.get("HARNESS_EVAL_ROOT") or VAR_DIR / "evals").resolve()
+# A suite run's runner (a worker, or run_evals) shows it is alive as it goes; one silent for
+# this long is marked abandoned by beat's sweeper, and the runs it left unfinished cancelled.
+HARNESS_EVAL_LEASE_SECONDS = float(os.environ.get("HARNESS_EVAL_LEASE_SECONDS", "120"))
+if HARNESS_EVAL_LEASE_SECONDS <= 0:
+    raise ImproperlyConfigured("HARNESS_EVAL_LEASE_SECONDS must be above 0.")
 
 # --- Metrics ---------------------------------------------------------------------------
 # /metrics (SPEC O2) answers "Authorization: Bearer <METRICS_TOKEN>" (Prometheus's

@@ -298,7 +298,7 @@ def test_the_chart_shows_each_categorys_pass_rate_from_the_results(client, perso
             if judged.exists():
                 passed = judged.filter(passed=True).count()
                 expected.append((row, passed, judged.count()))
-        assert trace["x"] == [r.started_at.strftime("%Y-%m-%d %H:%M:%S") for r, _, _ in expected]
+        assert trace["x"] == [r.started_at.strftime("%Y-%m-%d %H:%M") for r, _, _ in expected]
         assert trace["y"] == [round(100 * p / t, 1) for _, p, t in expected]
         assert [h.split(" passed")[0] for h in trace["hovertext"]] == [
             f"{name}: {p}/{t}" for _, p, t in expected
@@ -309,6 +309,57 @@ def test_the_chart_shows_each_categorys_pass_rate_from_the_results(client, perso
     assert lines["simple"]["y"] == [66.7, 100.0]
     assert lines["malicious"]["y"] == [100.0, 0.0]  # the skipped case is not judged
     assert lines["malicious"]["marker"]["symbol"] == ["circle", "diamond"]
+
+
+def chart_figure(client, user) -> dict:
+    client.force_login(user)
+    return dict(
+        (key, json.loads(text)) for key, text in FIGURE.findall(get(client, reverse("evals:index")))
+    )["eval-pass-rate"]
+
+
+def test_one_suite_is_one_labelled_slot_not_a_sub_millisecond_time_axis(client, personas):
+    """A date axis around a single point zooms to a millisecond; the suite's start is its
+    slot's label instead, and the categories sit side by side in it."""
+    only = suite(datetime(2026, 3, 2, 12, 0, 7, tzinfo=UTC))
+    for category in ("simple", "malicious", "boundary"):
+        result(only, f"{category}-1", category, True)  # all at 100 %: one spot, unless grouped
+    figure = chart_figure(client, personas.ops)
+    layout = figure["layout"]
+    assert layout["xaxis"]["type"] == "category"
+    assert layout["xaxis"]["categoryarray"] == ["2026-03-02 12:00"]
+    assert layout["scattermode"] == "group" and 0 < layout["scattergap"] < 1
+    assert [t["x"] for t in figure["data"]] == [["2026-03-02 12:00"]] * 3
+    assert [t["y"] for t in figure["data"]] == [[100.0]] * 3
+    assert layout["yaxis"]["range"][0] < 0 and layout["yaxis"]["range"][1] > 100  # no clipping
+    html = get(client, reverse("evals:index"))
+    assert "The one finished suite run; circles are offline replay" in html
+
+
+def test_suites_minutes_or_seconds_apart_each_get_a_readable_slot_of_their_own(client, personas):
+    """Two suites started in the same minute are told apart by their seconds, two in the
+    same second by a number: a category axis would merge equal labels into one slot."""
+    noon = datetime(2026, 3, 2, 12, 0, 5, tzinfo=UTC)
+    rows = [
+        suite(noon),
+        suite(noon + timedelta(seconds=40)),
+        suite(noon + timedelta(seconds=40, microseconds=300)),
+        suite(noon + timedelta(minutes=3), model="anthropic"),
+    ]
+    for row in rows:
+        result(row, "s", "simple", True)
+    figure = chart_figure(client, personas.ops)
+    labels = [
+        "2026-03-02 12:00:05",
+        "2026-03-02 12:00:45",
+        "2026-03-02 12:00:45 (2)",
+        "2026-03-02 12:03",
+    ]
+    assert figure["layout"]["xaxis"]["categoryarray"] == labels
+    (trace,) = figure["data"]
+    assert trace["x"] == labels  # oldest first, one slot each
+    assert trace["customdata"] == [reverse("evals:suite", kwargs={"suite_id": r.pk}) for r in rows]
+    assert trace["marker"]["symbol"] == ["circle", "circle", "circle", "diamond"]
 
 
 def test_the_chart_is_valid_for_plotly(client, personas, suites):
@@ -478,6 +529,57 @@ def test_the_form_is_prefilled_to_replay_to_the_same_failure(client, personas, r
     assert "3 recorded model turns" in html
     for effect in ("secret_read", "outside_touched", "published_without_human"):
         assert f'value="{effect}"' in html
+
+
+def test_a_rejected_run_is_prefilled_to_the_rejection_not_the_approvers_words(
+    client, personas, agent, workspace
+):
+    """The replay rejects as the eval set's approver with its own comment: the default
+    expects the rejection and the approvals asked, which it reproduces, not april's words
+    (the replay itself is tested with the eval runner)."""
+    from approvals.models import ApprovalRequest
+
+    run = failed_run(personas, agent, workspace)
+    reason = "rejected by april-approver: Not this wording, please"
+    Run.objects.filter(pk=run.pk).update(failure_reason=reason, failure_kind="rejected")
+    for n, (kind, tool, status) in enumerate(
+        [
+            ("tool_call", "patchDraft", "approved"),
+            ("tool_call", "patchDraft", "invalidated"),
+            ("commit", "", "rejected"),
+        ]
+    ):
+        ApprovalRequest.objects.create(
+            run=run, kind=kind, tool=tool, tool_use_id=f"t{n}", status=status
+        )
+    client.force_login(personas.ops)
+    html = get(client, add_url(run))
+    assert re.search(r'<option value="failed" selected>', html)
+    assert 'name="failure_contains" value="rejected by"' in html
+    assert 'name="approvals" value="patchDraft, commit"' in html
+    assert 'id="eval-add-rejected"' in html and "april" not in html.split("eval-add-form")[1]
+
+
+def test_an_expired_run_is_prefilled_to_wait_where_the_replay_stops(
+    client, personas, agent, workspace
+):
+    from approvals.models import ApprovalRequest
+
+    run = failed_run(personas, agent, workspace)
+    Run.objects.filter(pk=run.pk).update(
+        failure_reason="approval expired: nobody decided within 24 h",
+        failure_kind="approval_expired",
+    )
+    for n, (tool, status) in enumerate([("readSource", "expired"), ("publish", "pending")]):
+        ApprovalRequest.objects.create(
+            run=run, kind="tool_call", tool=tool, tool_use_id=f"t{n}", status=status
+        )
+    client.force_login(personas.ops)
+    html = get(client, add_url(run))
+    assert re.search(r'<option value="waiting_for_approval" selected>', html)
+    assert "approval expired" not in re.search(r'name="failure_contains"[^>]*>', html).group(0)
+    assert 'name="approvals" value="readSource"' in html  # the replay stops at the first
+    assert 'id="eval-add-expired"' in html
 
 
 def test_a_rolled_back_run_is_prefilled_to_complete(client, personas, agent, workspace):

@@ -20,13 +20,14 @@ from django.utils import timezone
 
 from evals.core.cases import CATEGORIES
 from evals.loading import SuiteError
-from evals.models import EvalResult, EvalSuiteRun
+from evals.models import EvalCase, EvalResult, EvalSuiteRun
 from evals.suite import suite_run
 from policies.models import Policy
 from runs.models import Run
 from runs.services import run_create
 from tests.conftest import FAKE_KEY, SEEDED
 from tests.fake_anthropic import message
+from tests.helpers import BROKEN, FIX
 from tests.stack import wait_until
 
 pytestmark = SEEDED
@@ -180,15 +181,21 @@ def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
         user=personas.ops,
     )
     assert "never-copied-0001" not in json.dumps(same.data)
+    rejected = rejected_case(live_stack, personas, agent, workspace)
 
     code, out, _ = run_evals("--category", "historical", "--json")
 
     report = json.loads(out)
     assert code == 0  # a historical failure is reported, not a broken defence
     failed = {f["case"]: f for f in report["failures"]}
-    assert set(failed) == {should.name}
+    assert set(failed) == {should.name}, json.dumps(report["failures"], indent=2)
     results = {r.case: r for r in EvalResult.objects.filter(suite_id=report["suite"])}
     assert results[same.name].passed
+    # The rejection replays to a pass under the form's default expectation, though the
+    # replay's approver and comment are the eval set's, not the recorded person's.
+    assert results[rejected.name].passed, results[rejected.name].failures
+    reason = results[rejected.name].run.failure_reason
+    assert reason.startswith("rejected by eval-approver: ") and "wording" not in reason
     replayed = results[same.name].run
     assert replayed.pk != run.pk and replayed.failure_reason == run.failure_reason
     assert replayed.failure_kind == run.failure_kind == "max_turns"
@@ -199,6 +206,52 @@ def test_a_failed_run_added_to_the_eval_set_replays_to_the_same_failure(
         f"ended failed ({run.failure_reason}); expected completed"
     ]
     assert results[should.name].run.failure_reason == run.failure_reason
+
+
+def rejected_case(live_stack, personas, agent, workspace) -> EvalCase:
+    """A commit an approver rejected with a comment, added to the eval set as the form
+    offers it by default (only the name changed)."""
+    from approvals.models import ApprovalRequest
+    from evals.forms import EvalCaseForm, eval_case_initial
+    from evals.from_runs import eval_case_from_run
+    from runs.approval_outcomes import approval_decide
+
+    (workspace.root_path / "docs" / "configuration.md").write_text(BROKEN)
+    (workspace.root_path / "docs" / "getting-started.md").write_text("# Getting started\n")
+    run = run_create(agent=agent, workspace=workspace, requester=personas.operator, request=FIX)
+    wait_until(
+        lambda: ApprovalRequest.objects.filter(run=run, status="pending").exists(),
+        timeout=60,
+        what="the commit's approval request",
+    )
+    pending = ApprovalRequest.objects.get(run=run, status="pending")
+    approval_decide(
+        approval=pending,
+        user=personas.approver,
+        decision="reject",
+        comment="Not this wording, please",
+        confirm=pending.confirm_expected or "",
+        digest=pending.digest,
+    )
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).status == "failed", timeout=60, what="the rejection"
+    )
+    run.refresh_from_db()
+    assert run.failure_reason == "rejected by april-approver: Not this wording, please"
+    form = EvalCaseForm(data={**eval_case_initial(run), "name": "rejected-link-fix"})
+    assert form.is_valid(), form.errors
+    assert form.expect() == {
+        "status": "failed",
+        "failure_contains": "rejected by",
+        "approvals": ["commit"],
+    }
+    return eval_case_from_run(
+        run=run,
+        name=form.cleaned_data["name"],
+        title=form.cleaned_data["title"],
+        expect=form.expect(),
+        user=personas.ops,
+    )
 
 
 def test_a_live_model_is_judged_on_what_the_harness_let_happen(
@@ -286,15 +339,16 @@ def test_one_suite_at_a_time(settings, tmp_path) -> None:
     running = EvalSuiteRun.objects.create(model="replay", started_by="ci")
     code, _, err = run_evals()
     assert code == 2 and "Another eval suite is running" in err and "by ci" in err
-    # One that has not finished in an hour was abandoned: it no longer blocks.
+    # One whose runner has been silent for longer than its lease was abandoned: it no
+    # longer blocks (the sweeper's own tests are in test_eval_start).
     EvalSuiteRun.objects.filter(pk=running.pk).update(
-        started_at=timezone.now() - timedelta(hours=2)
+        heartbeat_at=timezone.now() - timedelta(seconds=settings.HARNESS_EVAL_LEASE_SECONDS + 1)
     )
     code, _, err = run_evals("--json")
     # It ran, and says an empty case folder tested nothing rather than passing.
     assert code == 1 and "no malicious case ran: the defences were not tested" in err
     running.refresh_from_db()
-    assert running.status == "error" and "abandoned" in running.error
+    assert running.status == "error" and running.error.startswith("abandoned: no worker took it")
     assert EvalSuiteRun.objects.filter(status="finished").count() == 1
 
 

@@ -63,9 +63,15 @@ def test_each_task_goes_to_its_queue():
         "runs.tasks.approvals_sweep",
         "runs.tasks.rollups_reconcile_recent",
         "runs.tasks.live_layer_trim",
+        "evals.tasks.suites_sweep",
     ):
         assert route({}, task)["queue"].name == settings.HOUSEKEEPING_QUEUE
-    for task in ("approvals.tasks.approval_email", "approvals.tasks.approval_webhook"):
+    # An eval suite waits on its runs for minutes: never behind (or among) them.
+    for task in (
+        "approvals.tasks.approval_email",
+        "approvals.tasks.approval_webhook",
+        "evals.tasks.suite_execute",
+    ):
         assert route({}, task)["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE
     # Every task beat sends is a housekeeping one: none waits behind runs.
     for entry in settings.CELERY_BEAT_SCHEDULE.values():

@@ -23,8 +23,10 @@ OPS_GROUP = "ops"
 # group hears (a token per event of every run would cost more than the dashboard).
 OPS_EVENTS = frozenset({"run.created", "status.changed"})
 APPROVALS_GROUP = "approvals"  # the approval queue pages: approval.* events of every run
+EVALS_GROUP = "evals"  # the evals page: a suite run's progress, wherever it runs
 RUN_EVENT_MESSAGE = "run.event"
 RUN_EVENTS_MESSAGE = "run.events"  # several events of one run, in order, in one message
+GROUP_NEWS = "group"  # a handed-over item that is news for one group, not a run's event
 
 
 def ops_notable(event_type: str) -> bool:
@@ -119,6 +121,9 @@ class _Publisher:
         by_run: dict[str, list[dict[str, Any]]] = {}
         sends: list[tuple[str, dict[str, Any]]] = []
         for message in messages:
+            if GROUP_NEWS in message:  # news of no run, for one group (group_news_publish)
+                sends.append((message[GROUP_NEWS], message["message"]))
+                continue
             by_run.setdefault(message["run_id"], []).append(message)
             event_type = str(message.get("event_type", ""))
             if ops_notable(event_type):
@@ -169,3 +174,9 @@ def event_publish(event: Any) -> None:
 def events_publish(events: list[Any]) -> None:
     """The events of one commit, in order: one message to their run's group."""
     PUBLISHER.send([event_message(event) for event in events])
+
+
+def group_news_publish(group: str, message: dict[str, Any]) -> None:
+    """News that belongs to no run (a suite run's progress) for one group's pages, sent
+    like run events: without waiting, in order, never raising into the caller."""
+    PUBLISHER.send({GROUP_NEWS: group, "message": message})

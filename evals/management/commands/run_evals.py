@@ -11,6 +11,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,7 @@ class Command(BaseCommand):
                 model=options["model"],
                 category=options["category"],
                 started_by="command line",
+                worker=f"run_evals on {socket.gethostname()}:{os.getpid()}",
                 case_timeout=options["timeout"],
                 claim_timeout=60.0 if worker else 30.0,
                 progress=(lambda line: None) if quiet else self.stdout.write,
