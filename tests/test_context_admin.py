@@ -174,7 +174,7 @@ def test_the_preview_shows_each_layer_the_chart_and_the_prompt(admin_client, age
     assert 'data-layer="identity"' in html and 'data-layer="output_schema"' in html
     assert "larger than the whole layer budget" in html  # the old rule, dropped whole
     assert "(truncated)" in html  # the project context
-    assert 'id="budget-plot"' in html and "vendor/plotly.min.js" in html
+    assert 'id="budget-plot"' in html and "vendor/plotly-basic.min.js" in html
     assert "You test things." in html and "Fix the link" in html
 
 
