@@ -515,7 +515,6 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "harness_console.staticfinders.PlotlyFinder",
 ]
 WHITENOISE_USE_FINDERS = DEBUG
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlencode
 
-import plotly.graph_objects as go
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -16,6 +14,7 @@ from django.urls import reverse
 from .context import ContextError, context_build, context_report
 from .instruction_cache import instructions_invalidate
 from .models import Agent, Workspace
+from .preview_chart import budget_chart
 from .task_scope import scope_paths
 
 
@@ -44,33 +43,6 @@ class PreviewForm(forms.Form):
                     f"{path!r}: give paths relative to the workspace, inside it."
                 )
         return paths
-
-
-def budget_chart(report: dict[str, Any]) -> str:
-    """Each layer's budget as one bar, split into tokens used and tokens left: the figure as
-    JSON, which static/js/prompt_preview.js draws (the page allows no inline script)."""
-    layers = report["layers"]
-    names = [layer["name"] for layer in layers]
-    used = [layer["tokens"] for layer in layers]
-    left = [max(0, layer["budget"] - layer["tokens"]) for layer in layers]
-    figure = go.Figure(
-        [
-            go.Bar(name="tokens used", y=names, x=used, orientation="h", marker_color="#2a5bd7"),
-            go.Bar(name="budget left", y=names, x=left, orientation="h", marker_color="#d9dee4"),
-        ]
-    )
-    unit = "tokens" + (" (estimated)" if report["estimated"] else "")
-    figure.update_layout(
-        barmode="stack",
-        height=80 + 28 * len(layers),
-        margin={"t": 10, "b": 40, "l": 130},
-        xaxis_title=unit,
-        yaxis={"autorange": "reversed"},
-        legend={"orientation": "h"},
-    )
-    # plotly escapes "<", ">" and "/" in its JSON; with "&" too, no label can end the
-    # <script type="application/json"> element it is put in.
-    return figure.to_json().replace("&", "\\u0026")
 
 
 def prompt_preview(request: HttpRequest, agent_id: int, each_context: dict) -> HttpResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 from django.contrib import admin, messages
@@ -85,19 +87,40 @@ class ToolCallAdmin(HidesEvalRows, ReadOnlyAdmin):
         return may_roll_back_tool_calls(request.user)
 
 
+def price_text(value: Decimal) -> str:
+    """A price as exact as it was entered, in at least cents: 0.80, 15.00, 0.000125."""
+    whole, _, cents = f"{value.normalize():f}".partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
+
+
+def price_column(field: str) -> Any:
+    """A list column of a price as ``price_text`` writes it, sorted by the price."""
+    label = getattr(ModelPrice._meta.get_field(field), "verbose_name", field)
+
+    @admin.display(description=label, ordering=field)
+    def column(obj: ModelPrice) -> str:
+        return price_text(getattr(obj, field))
+
+    column.__name__ = field  # the cells' class: field-input_per_mtok, ...
+    return column
+
+
 @admin.register(ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
     """Prices are versioned (SPEC O4): saving a price, new or changed, records a new version
-    from its "effective from" on; recorded costs keep the version they were made with."""
+    from its "effective from" on; recorded costs keep the version they were made with.
+
+    The list fits a 1400 px screen beside the filter (issue 19): prices without the
+    stored zeros, the moment as ISO date and time, the model name whole (static/css/admin.css)."""
 
     list_display = (
         "model",
         "version",
-        "effective_from",
-        "input_per_mtok",
-        "output_per_mtok",
-        "cache_write_per_mtok",
-        "cache_read_per_mtok",
+        "effective",
+        price_column("input_per_mtok"),
+        price_column("output_per_mtok"),
+        price_column("cache_write_per_mtok"),
+        price_column("cache_read_per_mtok"),
         "in_force",
         "created_by",
     )
@@ -116,6 +139,13 @@ class ModelPriceAdmin(admin.ModelAdmin):
         "created_by",
         "created_at",
     )
+
+    class Media:
+        css = {"all": ("css/admin.css",)}
+
+    @admin.display(description="effective from (UTC)", ordering="effective_from")
+    def effective(self, obj: ModelPrice) -> str:
+        return obj.effective_from.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
 
     @admin.display(boolean=True, description="in force")
     def in_force(self, obj: ModelPrice) -> bool:

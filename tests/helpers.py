@@ -91,3 +91,27 @@ def console_errors(page: Page) -> list[str]:
     )
     page.on("pageerror", lambda error: errors.append(str(error)))
     return errors
+
+
+def eval_history(suites: int, days: int = 30) -> None:
+    """``suites`` finished runs of the eval set over the last ``days`` days, each with
+    judged cases in three categories: what the evals page's pass-rate chart draws."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evals.models import EvalResult, EvalSuiteRun
+
+    now = timezone.now()
+    for n in range(suites):
+        row = EvalSuiteRun.objects.create(model="replay", status="finished")
+        started = now - timedelta(days=days) * (suites - n) / suites
+        EvalSuiteRun.objects.filter(pk=row.pk).update(started_at=started, finished_at=started)
+        for category in ("simple", "boundary", "malicious"):
+            for case in range(4):
+                EvalResult.objects.create(
+                    suite=row,
+                    case=f"{category}-{case}",
+                    category=category,
+                    passed=(n + case) % 5 != 0,
+                )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.urls import reverse
 
 from policies.models import Agent, BusinessRule, InstructionVersion, LayerConfig
+from policies.preview_chart import budget_figure
 from policies.services import instruction_update
+from tests.plotly_bundle import assert_drawable
 
 pytestmark = pytest.mark.django_db
 
@@ -162,7 +166,7 @@ def test_oversized_instructions_are_refused_and_nothing_is_saved(admin_client, a
 
 def test_the_preview_shows_each_layer_the_chart_and_the_prompt(admin_client, agent, workspace):
     (workspace.root_path / "README.md").write_text("Project context " * 1200)
-    BusinessRule.objects.create(agent=agent, text="Oldest rule " * 50)
+    oldest = BusinessRule.objects.create(agent=agent, text="Oldest rule " * 50)
     BusinessRule.objects.create(agent=agent, text="Newest rule")
     LayerConfig.objects.create(
         agent=agent, name="business_rules", position=4, strategy="drop_whole_units", budget=10
@@ -174,8 +178,82 @@ def test_the_preview_shows_each_layer_the_chart_and_the_prompt(admin_client, age
     assert 'data-layer="identity"' in html and 'data-layer="output_schema"' in html
     assert "larger than the whole layer budget" in html  # the old rule, dropped whole
     assert "(truncated)" in html  # the project context
-    assert 'id="budget-plot"' in html and "vendor/plotly.min.js" in html
+    assert 'id="budget-plot"' in html and "vendor/plotly-basic.min.js" in html
     assert "You test things." in html and "Fix the link" in html
+    figure = json.loads(html.split('id="budget-figure">')[1].split("</script>")[0])
+    assert_drawable(figure)
+    budget, used, marks = figure["data"]
+    rules = used["y"].index("4. business_rules")
+    tokens = int(used["text"][rules].removesuffix(" / 10"))
+    assert f"<td>{tokens} / 10</td>" in html and 0 < tokens <= 10
+    assert budget["x"][rules] == 100  # its share of its own budget, not of the largest
+    assert used["x"][rules] == tokens * 10
+    at = {label: n for n, label in enumerate(marks["y"])}
+    assert marks["text"][at["4. business_rules"]] == "1 dropped"
+    assert f"dropped rule:{oldest.pk} (" in marks["hovertext"][at["4. business_rules"]]
+    assert marks["text"][at["3. project_context"]] == "1 cut"
+    assert "cut file:README.md to " in marks["hovertext"][at["3. project_context"]]
+
+
+def layer(name, position, tokens, budget, kept=(), dropped=(), truncated=False):
+    return {
+        "name": name,
+        "position": position,
+        "strategy": "drop_whole_units",
+        "budget": budget,
+        "tokens": tokens,
+        "truncated": truncated,
+        "kept": [{"source_id": s, "tokens": t, "truncated": cut} for s, t, cut in kept],
+        "dropped": [{"source_id": s, "tokens": t, "reason": "over budget"} for s, t in dropped],
+    }
+
+
+def test_the_chart_puts_each_layer_against_its_own_budget_and_marks_what_it_left_out():
+    many = [(f"rule:{n}", 40) for n in range(15)]
+    report = {
+        "estimated": True,
+        "layers": [
+            layer("identity", 1, 500, 1000, kept=[("agent:identity", 500, False)]),
+            layer(
+                "instruction_files",
+                2,
+                600,
+                24_000,
+                [("file:<b>x</b>.md", 600, True)],
+                truncated=True,
+            ),
+            layer("business_rules", 3, 200, 100, dropped=many),
+            layer("memory", 4, 0, 0),
+        ],
+    }
+    figure = budget_figure(report)
+    assert_drawable(figure)
+    budget, used, marks = figure["data"]
+    assert used["y"] == ["1. identity", "2. instruction_files", "3. business_rules", "4. memory"]
+    assert budget["x"] == [100, 100, 100, 0]
+    assert used["x"] == [50.0, 2.5, 200.0, 0.0]
+    assert used["text"] == ["500 / 1,000", "600 / 24,000", "200 / 100", "budget 0: left out"]
+    assert used["marker"]["color"] == ["#2a5bd7", "#f79009", "#b42318", "#2a5bd7"]
+    assert figure["layout"]["xaxis"]["range"] == [0, 240]  # the widest bar and its text fit
+    assert "(counts estimated)" in figure["layout"]["xaxis"]["title"]["text"]
+    assert (marks["y"], marks["text"]) == (
+        ["2. instruction_files", "3. business_rules"],
+        ["1 cut", "15 dropped"],
+    )
+    files, rules = (text.split("<br>") for text in marks["hovertext"])
+    assert files == ["cut file:&lt;b&gt;x&lt;/b&gt;.md to 600 tokens to fit"]  # shown as written
+    assert rules[0] == "dropped rule:0 (40 tokens): over budget"
+    assert len(rules) == 13 and rules[-1] == "and 3 more (the table lists all)"
+
+
+def test_a_chart_with_nothing_left_out_has_no_marks():
+    report = {"estimated": False, "layers": [layer("identity", 1, 10, 100)]}
+    figure = budget_figure(report)
+    assert [trace["name"] for trace in figure["data"]] == [
+        "the layer's budget (100 %)",
+        "tokens used",
+    ]
+    assert figure["layout"]["xaxis"]["range"] == [0, 140]
 
 
 @pytest.mark.parametrize("who", ["approver", "operator", "ops", "outsider"])

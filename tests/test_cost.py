@@ -3,6 +3,7 @@ once, reported against estimated, and a model with no price."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -137,6 +138,31 @@ def test_the_admin_saves_a_changed_price_as_a_new_version(client, personas):
     # Other roles do not reach the price table.
     client.force_login(personas.ops)
     assert client.get(reverse("admin:runs_modelprice_changelist")).status_code in (302, 403)
+
+
+@pytest.mark.django_db
+def test_the_price_list_shows_each_price_as_exact_as_entered_and_sorts_by_it(client, personas):
+    ModelPrice.objects.all().delete()  # the migration's prices: only these three here
+    for model, input_ in (("claude-a", "3.125"), ("claude-b", "0.8"), ("claude-c", "15")):
+        ModelPrice.objects.create(
+            model=model,
+            version=1,
+            effective_from=datetime(2026, 1, 15, 9, 30, tzinfo=UTC),
+            input_per_mtok=Decimal(input_),
+            output_per_mtok=Decimal(15),
+            cache_write_per_mtok=Decimal("3.75"),
+            cache_read_per_mtok=Decimal("0.000125"),
+        )
+    client.force_login(personas.admin)
+    url = reverse("admin:runs_modelprice_changelist")
+    page = client.get(url).content.decode()
+    cells = re.findall(r'<td class="field-[a-z_]+_per_mtok">([^<]*)</td>', page)
+    assert cells[:4] == ["3.125", "15.00", "3.75", "0.000125"]  # claude-a, no stored zeros
+    assert '<td class="field-effective">2026-01-15 09:30</td>' in page
+    assert "css/admin.css" in page
+    by_input = client.get(url, {"o": "3"}).content.decode()  # the input price (from 0)
+    rows = re.findall(r'<th class="field-model"><a href="[^"]+">([^<]+)</a>', by_input)
+    assert rows == ["claude-b", "claude-a", "claude-c"]
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from runs.services import run_create
 from runs.templatetags.money import usd
 from tests.conftest import EVERYWHERE
 from tests.helpers import FIX
+from tests.plotly_bundle import assert_drawable
 from tests.test_run_websocket import _connect, _receive_all, cookie
 
 pytestmark = pytest.mark.django_db
@@ -318,18 +319,19 @@ def test_changes_of_policy_and_instructions_are_marked_on_the_time_axes(
     assert "tester instructions v99" in page.split('id="retro-changes"')[1]
 
 
-def test_every_figure_is_valid_for_plotly(client, personas, history, agent):
+def test_every_figure_is_valid_for_plotly_and_drawn_by_the_vendored_bundle(
+    client, personas, history, agent
+):
     """The pages serialise figures without plotly's validation (it cost more than the
-    figures themselves); plotly's schema checks every one here, marks of changes included."""
-    import plotly.graph_objects as go
-
+    figures themselves); plotly's schema checks every one here, marks of changes included,
+    and each trace is of a type the vendored partial plotly.js draws."""
     InstructionVersion.objects.create(agent=agent, version=98, text="Be brief.", note="shorter")
     client.force_login(personas.ops)
     for url in (reverse("dashboards:retro") + "?days=30", reverse("dashboards:ops")):
         found = figures(client.get(url).content.decode())
         assert found, url
         for figure in found.values():
-            go.Figure(figure)  # raises on any property plotly does not know, e.g. a typo
+            assert_drawable(figure)  # raises on any property plotly does not know, e.g. a typo
 
 
 # --- every chart links to its runs -----------------------------------------------------------

@@ -25,6 +25,7 @@ from evals.models import EvalCase, EvalResult, EvalSuiteRun
 from evals.suite import suite_report
 from runs.models import Message, ModelCall, Run, RunEvent, ToolCall, WriteRecord
 from tests.helpers import BROKEN, FIX, FIXED
+from tests.plotly_bundle import assert_drawable
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded")]
 
@@ -362,12 +363,12 @@ def test_suites_minutes_or_seconds_apart_each_get_a_readable_slot_of_their_own(c
     assert trace["marker"]["symbol"] == ["circle", "circle", "circle", "diamond"]
 
 
-def test_the_chart_is_valid_for_plotly(client, personas, suites):
-    import plotly.graph_objects as go
-
+def test_the_chart_is_valid_for_plotly_and_drawn_by_the_vendored_bundle(client, personas, suites):
     client.force_login(personas.ops)
-    for _, text in FIGURE.findall(get(client, reverse("evals:index"))):
-        go.Figure(json.loads(text))
+    found = FIGURE.findall(get(client, reverse("evals:index")))
+    assert found
+    for _, text in found:
+        assert_drawable(json.loads(text))
 
 
 def test_without_finished_suites_the_page_says_so_instead_of_a_chart(client, personas):

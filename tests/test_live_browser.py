@@ -162,10 +162,12 @@ def test_an_outsider_cannot_follow_a_run_in_the_browser(live_stack, page, client
     [
         ("/static/django_htmx/htmx-2.min.js", b"htmx"),
         ("/static/django_htmx/ext/hx-ws-2.min.js", b"ws-connect"),
-        ("/static/vendor/plotly.min.js", b"plotly.js v"),
+        ("/static/vendor/plotly-basic.min.js", b"plotly.js (basic - minified) v"),
     ],
 )
-def test_daphne_serves_htmx_and_plotly_from_their_packages(live_stack, page, path, marker):
+def test_daphne_serves_htmx_from_its_package_and_the_vendored_plotly(
+    live_stack, page, path, marker
+):
     response = page.request.get(live_stack.url + path)
     assert response.status == 200
     assert marker in response.body()[:2000] or marker in response.body()

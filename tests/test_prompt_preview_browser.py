@@ -1,5 +1,6 @@
-"""The admin's prompt preview in Chromium (SPEC C8, issue 20): given a task's text or paths,
-it shows the instruction files a run of that task would get, and which it leaves out."""
+"""The admin's prompt preview in Chromium (SPEC C8, issues 19 and 20): given a task's text or
+paths, it shows the instruction files a run of that task would get, and which it leaves
+out; its chart draws each layer against its own budget and marks the units left out."""
 
 from __future__ import annotations
 
@@ -10,6 +11,23 @@ from tests.conftest import EVERYWHERE
 from tests.helpers import login
 
 pytestmark = [EVERYWHERE, pytest.mark.browser]
+
+
+def marked_layers(page: Page) -> list[str]:
+    """The layers the chart marks, in the marks' order (its third trace)."""
+    return page.evaluate("() => document.getElementById('budget-plot').data[2].y")
+
+
+def hover_mark(page: Page, layer: str) -> str:
+    """A person points at the chart's mark beside a layer: plotly's hover label names the
+    units (plotly finds the point under the pointer, its drag layer lies on top)."""
+    marks = page.locator("#budget-plot .scatterlayer .point")
+    box = marks.nth(marked_layers(page).index(layer)).bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = page.locator("#budget-plot .hoverlayer .hovertext")
+    expect(hover).to_be_visible()
+    return hover.text_content() or ""
 
 
 def columns(page: Page) -> tuple[str, str]:
@@ -33,6 +51,16 @@ def test_an_admin_sees_the_files_on_a_task_s_path_and_the_rest_left_out(
     kept, dropped = columns(page)
     assert "file:AGENTS.md" in kept and "file:docs/AGENTS.md" in kept
     assert "file:app/AGENTS.md (0): not on the task's path (docs/guide.md)" in dropped
+    # The chart: a bar per layer over its own budget, and the file left out marked.
+    chart = page.locator("#budget-plot")
+    expect(chart.locator(".main-svg").first).to_be_visible()
+    expect(chart.locator(".barlayer .trace")).to_have_count(2)  # budgets, tokens used
+    texts = chart.locator(".textpoint").all_text_contents()
+    marked = dict(zip(marked_layers(page), texts, strict=True))
+    assert marked["2. instruction_files"] == "1 dropped", marked
+    assert "dropped file:app/AGENTS.md (0 tokens): not on the task's path" in hover_mark(
+        page, "2. instruction_files"
+    )
     expect(page.locator("#prompt")).to_contain_text("Docs rules.")
     expect(page.locator("#prompt")).not_to_contain_text("App rules.")
 

@@ -3,6 +3,8 @@ detail, and on the run page as a table and a Plotly chart (the chart in Chromium
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.urls import reverse
 from playwright.sync_api import Page, expect
@@ -13,6 +15,7 @@ from runs.services import run_create
 from tests.conftest import EVERYWHERE
 from tests.fake_anthropic import message
 from tests.helpers import drive, login
+from tests.plotly_bundle import assert_drawable
 
 CACHE = {
     "input_tokens": 40,
@@ -170,6 +173,7 @@ def test_the_table_groups_what_was_dropped_and_keeps_old_turns_apart():
         "conversation: tier 2, 1500 → 900 tokens (2 turns summarized, 0 dropped)",
     ]
     assert turns_figure(turn_table([ModelCall(turn=1, context={})])) is None
+    assert_drawable(json.loads(turns_figure(table)))
 
 
 @EVERYWHERE

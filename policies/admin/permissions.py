@@ -161,6 +161,9 @@ class PolicyAdmin(HidesEvalRows):
     ]
     inlines = [PolicyRuleInline]
 
+    class Media:
+        css = {"all": ("css/admin.css",)}  # the rules fit a 1400 px screen (issue 19)
+
     @admin.display(description="Explain")
     def test_link(self, obj: Policy) -> str:
         if obj.pk is None:

@@ -26,21 +26,32 @@
     return typeof url === "string" && url.charAt(0) === "/" && url.charAt(1) !== "/" ? url : null;
   }
 
-  function drawCharts(root) {
-    if (typeof Plotly === "undefined") return;
-    root.querySelectorAll("[data-figure]").forEach(function (div) {
-      var source = document.getElementById(div.dataset.figure);
-      if (!source || div.dataset.drawn) return;
-      var figure;
-      try { figure = JSON.parse(source.textContent); } catch (ignored) { return; }
-      div.dataset.drawn = "1";
-      Plotly.newPlot(div, figure.data, figure.layout, CONFIG).then(function () {
-        div.on("plotly_click", function (event) {
-          var url = runsUrl(event && event.points && event.points[0]);
-          if (url) window.location.assign(url);
-        });
+  function drawChart(div) {
+    var source = document.getElementById(div.dataset.figure);
+    if (!source || div.dataset.drawn || !div.isConnected) return;
+    var figure;
+    try { figure = JSON.parse(source.textContent); } catch (ignored) { return; }
+    div.dataset.drawn = "1";
+    Plotly.newPlot(div, figure.data, figure.layout, CONFIG).then(function () {
+      div.on("plotly_click", function (event) {
+        var url = runsUrl(event && event.points && event.points[0]);
+        if (url) window.location.assign(url);
       });
     });
+  }
+
+  // One chart per task, in the page's order, each after the browser painted the one
+  // before: the first chart shows as soon as it is drawn, not once all nine of a
+  // retrospective are (issue 19: time to the first chart, bench/first_chart.py).
+  function drawCharts(root) {
+    if (typeof Plotly === "undefined") return;
+    var queue = Array.prototype.slice.call(root.querySelectorAll("[data-figure]"));
+    function next() {
+      if (!queue.length) return;
+      drawChart(queue.shift());
+      requestAnimationFrame(function () { setTimeout(next, 0); });
+    }
+    next();
   }
 
   function purgeCharts(root) {
