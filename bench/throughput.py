@@ -158,6 +158,25 @@ def rss_mib(pid: int) -> float:
     return int(found.group(1)) / 1024 if found else 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process, its threads, the children it reaped and those still alive
+    (the run worker's fork server and tool supervisors)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        total += cpu_seconds(int(child))
+    return total
+
+
+def stack_cpu(stack: BenchStack) -> dict[str, float]:
+    return {name: cpu_seconds(proc.pid) for name, proc in stack.processes.items()}
+
+
 def pg_connections() -> dict[str, int]:
     if settings.EMBEDDED:
         return {}
@@ -198,6 +217,7 @@ def submit(stack: BenchStack, token: str) -> str:
 def harness(stack: NamedStack, token: str, n: int, timeout: float) -> dict[str, Any]:
     worker = stack.processes["worker"].pid
     idle = rss_mib(worker)
+    cpu_before, bench_before = stack_cpu(stack), time.process_time()
     began_wall = time.time()
     with ThreadPoolExecutor(min(n, SUBMITTERS)) as pool:
         ids = list(pool.map(lambda _: submit(stack, token), range(n)))
@@ -215,6 +235,8 @@ def harness(stack: NamedStack, token: str, n: int, timeout: float) -> dict[str, 
         if len(statuses) == n and all(s in ENDED for s in statuses):
             break
         time.sleep(0.1)
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in stack_cpu(stack).items()}
+    cpu["bench (fake model, API clients)"] = time.process_time() - bench_before
     runs = list(Run.objects.filter(pk__in=ids).values_list("status", "finished_at"))
     if os.environ.get("BENCH_TIMELINE"):  # where one run's time went, to stderr
         last = Run.objects.filter(pk__in=ids).order_by("-finished_at").first()
@@ -242,6 +264,7 @@ def harness(stack: NamedStack, token: str, n: int, timeout: float) -> dict[str, 
         "peak_rss": peak_rss,
         "pg": peak_pg,
         "pg_per": peak_per,
+        "cpu": cpu,
     }
 
 
@@ -352,6 +375,10 @@ def report(rows: list[dict[str, Any]], config: str, latency: float) -> None:
             + verdict(per_run <= GOAL_MIB_PER_RUN, f"{per_run:.2f} MiB")
         )
         goals.append(f"N={row['n']}: 0 errors: " + verdict(errors == 0, f"{errors}: {detail}"))
+    print("\nCPU seconds per run, by process (all processes share this machine's cores):")
+    for row in rows:
+        parts = ", ".join(f"{k} {v * 1000 / row['n']:.0f} ms" for k, v in row["cpu"].items())
+        print(f"- N={row['n']}: {parts}")
     print("\nGoals:")
     for line in goals:
         print(f"- {line}")
