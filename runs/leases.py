@@ -117,12 +117,18 @@ def fenced(lease: Lease) -> Iterator[None]:
         yield
 
 
-def fence_write(lease: Lease, fields: dict[str, Any], events: int = 0) -> tuple[int, bool]:
+def fence_write(
+    lease: Lease, fields: dict[str, Any], events: int = 0, *, status_was: str | None = None
+) -> tuple[int, bool]:
     """The fence of :func:`fenced` and a checkpoint's own fields of the run, in one
     statement: check the token, extend the lease, write ``fields`` (a value, or
     ``("add", amount)`` for a counter), reserve ``events`` sequence numbers; returns (the
     last number reserved, whether a cancel was asked). Call inside the checkpoint's
-    transaction; raises :class:`LeaseLost` like the fence.
+    transaction; raises :class:`LeaseLost` like the fence. ``status_was``: the status the
+    fields' transition starts from (``flow.checkpoints.defer_transition``): a row whose
+    status is no longer that moved without this worker (a cancel of a frozen worker's run),
+    and is not written either. Fields that clear the lease (a transition to a wait or an
+    end) replace the fence's own extension of it.
 
     Written as SQL from the model's own column names and value conversions: this runs
     twice per step of every run, and compiling a queryset cost more than the statement.
@@ -132,12 +138,13 @@ def fence_write(lease: Lease, fields: dict[str, Any], events: int = 0) -> tuple[
     expires = timezone.now() + timedelta(seconds=lease_seconds())
     claimable = ", ".join(["%s"] * len(CLAIMABLE))
     status = quote(meta.get_field("status").column)
-    assignments = [
-        f"{quote('lease_expires_at')} = CASE WHEN {status} IN ({claimable}) THEN %s ELSE NULL END",
-        f"{quote('event_seq')} = {quote('event_seq')} + %s",
-    ]
-    expiry = meta.get_field("lease_expires_at").get_db_prep_save(expires, db)
-    params: list[Any] = [*CLAIMABLE, expiry, events]
+    assignments = [f"{quote('event_seq')} = {quote('event_seq')} + %s"]
+    params: list[Any] = [events]
+    if "lease_expires_at" not in fields:
+        extended = f"CASE WHEN {status} IN ({claimable}) THEN %s ELSE NULL END"
+        assignments.append(f"{quote('lease_expires_at')} = {extended}")
+        expiry = meta.get_field("lease_expires_at").get_db_prep_save(expires, db)
+        params += [*CLAIMABLE, expiry]
     for name, value in fields.items():
         field = meta.get_field(name)
         column = quote(field.column)  # type: ignore[union-attr]
@@ -148,17 +155,22 @@ def fence_write(lease: Lease, fields: dict[str, Any], events: int = 0) -> tuple[
             assignments.append(f"{column} = %s")
             params.append(field.get_db_prep_save(value, db))  # type: ignore[union-attr]
     key = meta.pk.get_db_prep_value(lease.run_id, db)
+    where, guard = f"{quote(meta.pk.column)} = %s AND {quote('lease_token')} = %s", []
+    if status_was is not None:
+        where, guard = f"{where} AND {status} = %s", [status_was]
     statement = (
-        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608 - names from the model
-        f"WHERE {quote(meta.pk.column)} = %s AND {quote('lease_token')} = %s "
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} "  # noqa: S608 - names from the model
         "RETURNING event_seq, cancel_requested_at"  # SQLite 3.35+ and PostgreSQL
     )
     with db.cursor() as cursor:
-        cursor.execute(statement, [*params, key, lease.token])
+        cursor.execute(statement, [*params, key, lease.token, *guard])
         row = cursor.fetchone()
     if row is None:
-        owner = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", flat=True)
-        raise LeaseLost(f"Run {lease.run_id} is now leased by {owner.first() or 'nobody'}.")
+        found = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", "status").first()
+        owner, now_status = found or ("", "gone")
+        if status_was is not None and now_status != status_was:
+            raise LeaseLost(f"Run {lease.run_id} is {now_status} now, not {status_was}.")
+        raise LeaseLost(f"Run {lease.run_id} is now leased by {owner or 'nobody'}.")
     return int(row[0]), row[1] is not None
 
 

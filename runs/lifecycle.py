@@ -5,6 +5,8 @@ rollup, traces it, and records it as an event; runs are handed to workers from h
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -24,6 +26,63 @@ RUN_EXECUTE = "runs.tasks.run_execute"
 RUN_SESSION_END = "runs.tasks.run_session_end"
 
 
+@dataclass(frozen=True)
+class Transition:
+    """What moving a run from ``previous`` to ``to`` writes: its ``fields`` and the
+    ``status.changed`` event's ``payload``; ``counted``: the run was in its day's rollup
+    already (a completed run being rolled back)."""
+
+    previous: str
+    to: str
+    fields: dict[str, Any]
+    payload: dict[str, Any]
+    counted: bool
+
+
+def transition_planned(
+    run: Run,
+    to: str,
+    *,
+    failure_reason: str = "",
+    detail: dict[str, Any] | None = None,
+    now: datetime,
+) -> Transition:
+    """The change to ``to`` of ``run`` as read (under its lock, or by the worker holding
+    its lease); raises :class:`~runs.core.status.InvalidTransition` when the lifecycle
+    forbids it."""
+    run_status.check_transition(run.status, to, failure_reason=failure_reason)
+    fields: dict[str, Any] = {"status": to, "updated_at": now}
+    if run.status == run_status.CREATED:
+        fields["started_at"] = now
+    counted = run.finished_at is not None  # a completed run is in its day's rollup
+    if to in (run_status.COMPLETED, run_status.FAILED) or (
+        to == run_status.ROLLED_BACK and not counted
+    ):
+        # A rollback later keeps the moment the run finished: its day's figures move
+        # from completed to rolled back in that same day.
+        fields["finished_at"] = now
+    if to not in run_status.CLAIMABLE:  # waiting or ended: no worker holds it any more
+        fields.update(lease_owner="", lease_expires_at=None)
+    kind = run.failure_kind
+    if to == run_status.FAILED:
+        kind = failure_kind(failure_reason.strip())
+        fields.update(failure_reason=failure_reason.strip(), failure_kind=kind)
+    payload = {"from": run.status, "to": to, **(detail or {})}
+    if failure_reason:
+        payload["reason"] = failure_reason.strip()
+    if (shown := run_status.shown_status(to, kind)) != to:  # a cancel: pages show "cancelled"
+        payload["shown"] = shown
+    return Transition(run.status, to, fields, payload, counted)
+
+
+def transition_applied(run: Run, change: Transition) -> None:
+    """In the transaction that wrote ``change`` (``run`` as it is now): an ended run is
+    added to its day's rollup and traced once committed (O1)."""
+    if change.to in rollups.FINISHED:
+        rollups.rollup_run_ended(run, change.previous if change.counted else "")
+    telemetry.run_transitioned(run, change.to)
+
+
 def run_transition(
     *,
     run_id: Any,
@@ -36,42 +95,22 @@ def run_transition(
 
     ``only_from`` makes it a claim: when the run is no longer in that state (another worker
     got there first), nothing changes and None is returned. An invalid transition raises
-    :class:`~runs.core.status.InvalidTransition` and changes nothing.
+    :class:`~runs.core.status.InvalidTransition` and changes nothing. The worker driving a
+    run writes its own transitions with its checkpoint instead
+    (``flow.checkpoints.defer_transition``), from the same :func:`transition_planned`.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if only_from is not None and run.status != only_from:
             return None
-        run_status.check_transition(run.status, to, failure_reason=failure_reason)
-        previous, now = run.status, timezone.now()
-        run.status = to
-        fields = ["status", "updated_at"]
-        if previous == run_status.CREATED:
-            run.started_at, fields = now, [*fields, "started_at"]
-        counted = run.finished_at is not None  # a completed run is in its day's rollup
-        if to in (run_status.COMPLETED, run_status.FAILED) or (
-            to == run_status.ROLLED_BACK and not counted
-        ):
-            # A rollback later keeps the moment the run finished: its day's figures move
-            # from completed to rolled back in that same day.
-            run.finished_at, fields = now, [*fields, "finished_at"]
-        if to not in run_status.CLAIMABLE:  # waiting or ended: no worker holds it any more
-            run.lease_owner, run.lease_expires_at = "", None
-            fields = [*fields, "lease_owner", "lease_expires_at"]
-        if to == run_status.FAILED:
-            run.failure_reason = failure_reason.strip()
-            run.failure_kind = failure_kind(run.failure_reason)
-            fields = [*fields, "failure_reason", "failure_kind"]
-        run.save(update_fields=fields)
-        if to in rollups.FINISHED:
-            rollups.rollup_run_ended(run, previous if counted else "")
-        payload = {"from": previous, "to": to, **(detail or {})}
-        if failure_reason:
-            payload["reason"] = failure_reason.strip()
-        if run.shown_status != to:  # a cancel: the live pages show "cancelled"
-            payload["shown"] = run.shown_status
-        run_event_append(run_id=run.pk, type="status.changed", payload=payload)
-        telemetry.run_transitioned(run)  # an ended run's trace spans, sent on commit (O1)
+        change = transition_planned(
+            run, to, failure_reason=failure_reason, detail=detail, now=timezone.now()
+        )
+        for name, value in change.fields.items():
+            setattr(run, name, value)
+        run.save(update_fields=list(change.fields))
+        transition_applied(run, change)
+        run_event_append(run_id=run.pk, type="status.changed", payload=change.payload)
     return run
 
 

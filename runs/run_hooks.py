@@ -77,17 +77,17 @@ def _side_effect(tool: str) -> str:
     return definition.side_effect if definition else "external_api"
 
 
-def session_start(run: Run) -> HooksHalted | None:
+def session_start(run: Run, bound: list[Binding] | None = None) -> HooksHalted | None:
     """A halting session_start handler stops the run before the model is asked anything."""
-    outcome = _run(run, "session_start", _event(run, request=run.request[:2000]))
+    outcome = _run(run, "session_start", _event(run, request=run.request[:2000]), bound)
     return outcome if isinstance(outcome, HooksHalted) else None
 
 
-def session_end(run: Run, *, outcome: str, reason: str) -> None:
+def session_end(run: Run, *, outcome: str, reason: str, bound: list[Binding] | None = None) -> None:
     """The run has ended whatever a handler says; halts and failures are only recorded."""
     try:
         event = _event(run, outcome=outcome, status=outcome, reason=reason[:2000])
-        _run(run, "session_end", event)
+        _run(run, "session_end", event, bound)
     except Exception:
         logger.exception("session_end hooks of run %s failed", run.pk)
 

@@ -312,6 +312,11 @@ def fresh_instruction_cache() -> None:
     from runs.observability.pricing import prices_changed
 
     prices_changed()
+    # And the decision inputs a process keeps: a flush removes rows without moving the
+    # stamp that tags them.
+    from policies.decision_inputs import decision_inputs_forget
+
+    decision_inputs_forget()
 
 
 @pytest.fixture

@@ -25,16 +25,15 @@ from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
 from policies.core.permissions import Policy, Verdict, decide_paths, level_of
 from policies.models import ToolDefinition
-from policies.permissions import policy_for_agent
 from policies.rate_limits import limit_context
 
 from ..approval_outcomes import approval_ask, approval_invalidate
 from ..core import status as run_status
 from ..events import run_event_append
-from ..leases import fenced
 from ..lifecycle import run_transition
 from ..models import Run, ToolCall
 from .checkpoints import (
+    checkpoint,
     drafts_of,
     run_complete,
     run_fail,
@@ -43,6 +42,7 @@ from .checkpoints import (
     step_end,
     username,
 )
+from .config import run_config
 from .driver_state import Driver
 from .outcomes import NEXT, StageOutcome, Waits
 from .rebase import drafts_rebase
@@ -56,8 +56,8 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
     run. 5. Ask a person when a rule or the intake says so, else commit."""
     paths = drafts_of(run)
     if not paths:
-        return run_complete(driver.lease, run)
-    policy = policy_for_agent(run.agent)
+        return run_complete(driver, run)
+    policy = run_config(driver, run).policy
     existing = approval_in_force(run_id=run.pk, kind=ApprovalRequest.Kind.COMMIT)
     if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
         held = approval_holds(driver, run, existing, policy.version, paths=paths)
@@ -67,9 +67,9 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
             existing = None
             paths = drafts_of(run)  # a rebase may leave a file with nothing to commit
             if not paths:
-                return run_complete(driver.lease, run)
+                return run_complete(driver, run)
     if existing is not None and existing.status == ApprovalRequest.Status.APPROVED:
-        with fenced(driver.lease):
+        with checkpoint(driver):
             step = run.steps.filter(name="approval", status="running").last()
             if step is not None:
                 step_end(step, output={"approval": str(existing.pk), "decision": "approved"})
@@ -78,10 +78,10 @@ def approval_stage(driver: Driver, run: Run) -> StageOutcome:
     if existing is not None and not existing.is_pending:
         who = username(existing.decided_by)
         reason = f"{existing.status} by {who}: {existing.comment or 'no reason given'}"
-        return run_fail(driver.lease, reason)
+        return run_fail(driver, reason)
     paths = _drafts_that_change(driver, run, paths)  # before asking: never about nothing
     if not paths:
-        return run_complete(driver.lease, run)
+        return run_complete(driver, run)
     return _commit_asked(driver, run, paths, policy)
 
 
@@ -99,7 +99,7 @@ def _drafts_that_change(driver: Driver, run: Run, paths: list[str]) -> list[str]
     ]
     if not same:
         return paths
-    with fenced(driver.lease):
+    with checkpoint(driver):
         run_event_append(
             run_id=run.pk,
             type="drafts.unchanged",
@@ -139,7 +139,7 @@ def _commit_refused(
     for path, verdict in zip(paths, verdicts, strict=True):
         if verdict is None or verdict.decision == "deny":
             why = verdict.reason if verdict else "commitDraft is not an enabled tool"
-            return run_fail(driver.lease, f"committing {path} is refused by policy: {why}")
+            return run_fail(driver, f"committing {path} is refused by policy: {why}")
     return None
 
 
@@ -151,7 +151,7 @@ def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) ->
     if not any(v and v.decision in ("ask", "ask_strong") for v in verdicts) and not (
         intake_approval.get("required")
     ):
-        with fenced(driver.lease):
+        with checkpoint(driver):
             run_fields_write(run, stage="commit")
         return NEXT  # each commit counts against the rate when it runs
     verdicts = _commit_verdicts(run, paths, policy, counted=True)  # a person is asked
@@ -172,7 +172,7 @@ def _commit_asked(driver: Driver, run: Run, paths: list[str], policy: Policy) ->
         paths=paths,
         policy_version=policy.version,
     )
-    with fenced(driver.lease):
+    with checkpoint(driver):
         step = step_begin(run, "approval", {"paths": paths})
         approval = approval_ask(
             run=run,
@@ -225,7 +225,7 @@ def approval_holds(
     if not changes:
         return True
     rebase = drafts_rebase(run, approval) if approval.policy_version == policy_version else None
-    with fenced(driver.lease):
+    with checkpoint(driver):
         approval_invalidate(approval=approval, changes=rebase.changes if rebase else changes)
         if rebase is not None and rebase.conflict and turns_left(run):
             model_told(driver, run, rebase.conflict, {"rebase": "conflict"})
@@ -235,7 +235,7 @@ def approval_holds(
         elif then:
             run_fields_write(run, **then)
     if rebase is not None and rebase.conflict:  # and no turn left to resolve it
-        return run_fail(driver.lease, rebase.conflict)
+        return run_fail(driver, rebase.conflict)
     return False
 
 

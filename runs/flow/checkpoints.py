@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from harness_console.web.live import events_publish
@@ -24,9 +25,10 @@ from ..approval_outcomes import approvals_cancel
 from ..core import status as run_status
 from ..events import run_event_append
 from ..leases import Lease, LeaseLost, fence_write, fenced
-from ..lifecycle import run_transition, steps_close
+from ..lifecycle import run_transition, steps_close, transition_applied, transition_planned
 from ..models import Run, RunEvent, Step, ToolCall
 from ..run_hooks import session_end
+from .config import run_config
 from .driver_state import Driver, Pending
 from .outcomes import Ended, Lost
 
@@ -51,15 +53,17 @@ def checkpoint(driver: Driver) -> Iterator[None]:
     try:
         with transaction.atomic():
             events = _fence_and_fields(driver, pending)
-            rows = list(pending.rows)
+            rows, after = list(pending.rows), list(pending.after)
             _publish_on_commit(events)  # before any the caller appends: lower numbers
             yield
             if driver.pending:
                 later, driver.pending = driver.pending, Pending()
                 more = _fence_and_fields(driver, later)
                 _publish_on_commit(more)
-                events, rows = events + more, rows + later.rows
+                events, rows, after = events + more, rows + later.rows, after + later.after
             _rows_insert(rows, events)
+            for then in after:  # a run that ended: its rollup reads the rows just written
+                then()
     except LeaseLost:
         raise
     except BaseException:
@@ -93,13 +97,60 @@ def defer_event(driver: Driver, type: str, payload: dict[str, Any]) -> None:
     driver.pending.events.append((type, payload))
 
 
+def defer_transition(
+    driver: Driver,
+    run: Run,
+    to: str,
+    *,
+    failure_reason: str = "",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """``run_transition`` for the run this worker drives, in the next checkpoint: planned
+    against the run as this claim holds it (``run_transition`` plans from the same
+    function), its fields written in the fence's own statement only while the row still
+    has the status it starts from, its ``status.changed`` event numbered with the
+    checkpoint's, and an ended run added to its day's rollup in that transaction."""
+    change = transition_planned(
+        run, to, failure_reason=failure_reason, detail=detail, now=timezone.now()
+    )
+    if driver.pending.status_was is None:
+        driver.pending.status_was = run.status
+    defer_fields(driver, run, **change.fields)
+    defer_event(driver, "status.changed", change.payload)
+    driver.pending.after.append(partial(transition_applied, run, change))
+
+
+def defer_step(driver: Driver, run: Run, name: str, data: dict[str, Any], **ended: Any) -> Step:
+    """A step begun and ended within one checkpoint (the intake's three, a verification
+    with nothing to check): its row and its ``stage.finished`` event go with the rest."""
+    held = [row.index for row in driver.pending.rows if isinstance(row, Step)]
+    last = held[-1] if held else run.steps.aggregate(last=Max("index"))["last"] or 0
+    status = ended.pop("status", "completed")
+    now = timezone.now()
+    step = Step(
+        run=run,
+        index=last + 1,
+        name=name,
+        input=data,
+        status=status,
+        started_at=now,
+        finished_at=now,
+        **ended,
+    )
+    driver.pending.rows.append(step)
+    defer_event(driver, "stage.finished", _step_event(step))
+    return step
+
+
 def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
     """The fence, the run's fields and the events' numbers in one statement; the events
     to insert, numbered."""
     fields: dict[str, Any] = dict(pending.set)
     for name, amount in pending.add.items():
         fields[name] = ("add", amount)
-    last, cancelled = fence_write(driver.lease, fields, len(pending.events))
+    last, cancelled = fence_write(
+        driver.lease, fields, len(pending.events), status_was=pending.status_was
+    )
     driver.cancelled = driver.cancelled or cancelled
     first = last - len(pending.events) + 1
     return [
@@ -142,28 +193,40 @@ def step_begin(run: Run, name: str, data: dict[str, Any] | None = None) -> Step:
     )
 
 
-def step_end(step: Step, status: str = "completed", **fields: Any) -> None:
+def step_end(
+    step: Step, status: str = "completed", *, driver: Driver | None = None, **fields: Any
+) -> None:
+    """The step ends now; given the driver, its row is saved with the driver's next
+    checkpoint and its event numbered with that checkpoint's."""
     step.status, step.finished_at = status, timezone.now()
     for name, value in fields.items():
         setattr(step, name, value)
+    if driver is not None:
+        driver.pending.after.insert(0, step.save)
+        defer_event(driver, "stage.finished", _step_event(step))
+        return
     step.save()
-    run_event_append(
-        run_id=step.run_id,
-        type="stage.finished",
-        payload={
-            "stage": step.name,
-            "status": status,
-            "verification": step.verification,
-            "error": step.error,
-        },
-    )
+    run_event_append(run_id=step.run_id, type="stage.finished", payload=_step_event(step))
 
 
-def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended | Lost:
+def _step_event(step: Step) -> dict[str, Any]:
+    return {
+        "stage": step.name,
+        "status": step.status,
+        "verification": step.verification,
+        "error": step.error,
+    }
+
+
+def run_fail(holder: Driver | Lease, reason: str, *, cancelled: bool = False) -> Ended | Lost:
     """The run fails and says why; no request stays pending, no stage running. A run
     cancelled meanwhile ends as a cancellation, whatever failed: its tool was stopped by
-    the cancel (``Heartbeat``), so the failure is the cancel's."""
+    the cancel (``Heartbeat``), so the failure is the cancel's. Given the driver, what it
+    holds is written first (a model turn's usage and cost are never lost with the run)."""
+    lease = holder.lease if isinstance(holder, Driver) else holder
     try:
+        if isinstance(holder, Driver):
+            pending_flush(holder)
         with fenced(lease):
             run = Run.objects.get(pk=lease.run_id)
             if run.status in (run_status.COMPLETED, run_status.FAILED, run_status.ROLLED_BACK):
@@ -178,15 +241,21 @@ def run_fail(lease: Lease, reason: str, *, cancelled: bool = False) -> Ended | L
     except LeaseLost:
         logger.warning("Could not fail run %s: its lease is gone.", lease.run_id)
         return Lost()
+    if isinstance(holder, Driver) and holder.run is not None:
+        holder.current = False  # failed through other paths: its row is read again
     session_ended(lease.run_id, "failed", reason)
     return Ended("failed")
 
 
-def run_complete(lease: Lease, run: Run) -> Ended:
-    with fenced(lease):
-        run_fields_write(run, stage="done")
-        run_transition(run_id=run.pk, to=run_status.COMPLETED)
-    session_ended(run.pk, "completed", "")
+def run_complete(driver: Driver, run: Run) -> Ended:
+    """The run is done: its last stage, its status and its rollup in one checkpoint with
+    whatever the driver holds; then the session_end hooks, outside any transaction."""
+    defer_fields(driver, run, stage="done")
+    defer_transition(driver, run, run_status.COMPLETED)
+    with checkpoint(driver):
+        pass
+    if (run.loop or {}).get("state"):  # the session started
+        session_end(run, outcome="completed", reason="", bound=run_config(driver, run).hooks)
     return Ended("completed")
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_in_force
-from policies.permissions import policy_for_agent
 
-from ..leases import fenced
 from ..models import Run, ToolCall
 from .approval import approval_holds, edited_note
-from .checkpoints import drafts_of, run_complete, run_fail, step_begin, step_end
+from .checkpoints import checkpoint, drafts_of, run_complete, run_fail, step_begin, step_end
+from .config import run_config
 from .driver_state import Driver
 from .harness_calls import harness_call, path_id
 from .outcomes import NEXT, StageOutcome
@@ -24,12 +23,12 @@ def commit_stage(driver: Driver, run: Run) -> StageOutcome:
     paths = list(approval.paths) if approval else drafts_of(run)
     started = ToolCall.objects.filter(run=run, tool_use_id__startswith="commit:").exists()
     # The files, the drafts or the policy changed since the person saw them: ask again.
-    version = policy_for_agent(run.agent).version
+    version = run_config(driver, run).policy.version
     if approval is not None and not started:
         held = approval_holds(driver, run, approval, version, then={"stage": "approval"})
         if held is not True:
             return NEXT if held is False else held
-    with fenced(driver.lease):
+    with checkpoint(driver):
         step = step_begin(run, "commit", {"paths": paths})
     committed = []
     for path in paths:
@@ -42,12 +41,12 @@ def commit_stage(driver: Driver, run: Run) -> StageOutcome:
             approved_by=approval.decided_by if approval else None,
         )
         if record.status != "ok":
-            with fenced(driver.lease):
+            with checkpoint(driver):
                 step_end(step, status="failed", error=record.error)
-            return run_fail(driver.lease, f"committing {path} failed: {record.error}")
+            return run_fail(driver, f"committing {path} failed: {record.error}")
         if approval is not None and approval.edited_diff and "approver_note" not in record.output:
             edited_note(record, approval)
         committed.append(path)
-    with fenced(driver.lease):
+    with checkpoint(driver):
         step_end(step, output={"committed": committed}, output_artifacts=committed)
-    return run_complete(driver.lease, run)
+    return run_complete(driver, run)

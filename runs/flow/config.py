@@ -1,28 +1,29 @@
 """What a run's tool calls are decided by, read once per claim and kept fresh (SPEC P3–P7).
 
-Before, every tool call read the agent's policy and rules, the tool's definition, the hook
-bindings and the run's grants again: five queries of rows that almost never change. Here
-the driver keeps them for the claim and reads one stamp before each call
-(``policies.config_stamp``): when an admin saved any of them, or a person granted or
-revoked something, the stamp moved and the rows are read again, so an edit still applies
-to the very next call.
+Every stage that decides something asks :func:`run_config`: the agent's policy and rules,
+the tool definitions and MCP allow lists, the hook bindings (kept per process by
+``policies.decision_inputs``) and the run's grants (per claim). Before each use it reads
+one stamp (``policies.config_stamp``): when an admin saved any of them, or a person granted
+or revoked something, the stamp moved and they are read again, so an edit still applies to
+the very next call.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from policies.config_stamp import MAX_AGE_SECONDS, config_stamp
 from policies.core.hook_runner import Binding
 from policies.core.permissions import Grant, Policy
-from policies.hooks import hook_bindings_for
+from policies.decision_inputs import ToolRows, decision_hooks, decision_policy, decision_tools
 from policies.models import Agent, ToolDefinition
-from policies.permissions import policy_for_agent
 
 from ..grants import grants_for_run
 from ..models import Run
-from ..tools.decide import tool_definition
+from ..tools.registry import tool_definitions_for
 from .driver_state import Driver
 
 
@@ -34,13 +35,17 @@ class RunConfig:
     policy: Policy
     grants: list[Grant]
     hooks: list[Binding]
-    definitions: dict[str, ToolDefinition | None] = field(default_factory=dict)
+    tools: ToolRows
 
     def definition(self, tool: str) -> ToolDefinition | None:
         """The enabled tool of that name (an eval tool only for an eval agent's runs)."""
-        if tool not in self.definitions:
-            self.definitions[tool] = tool_definition(tool, for_evals=self.agent.for_evals)
-        return self.definitions[tool]
+        return self.tools.definitions.get(tool)
+
+    def offered(self, task: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The tools the model is told about (``tool_definitions_for``)."""
+        return tool_definitions_for(
+            self.policy, for_evals=self.agent.for_evals, task=task, rows=self.tools
+        )
 
 
 def run_config(driver: Driver, run: Run) -> RunConfig:
@@ -55,9 +60,10 @@ def run_config(driver: Driver, run: Run) -> RunConfig:
             stamp=stamp,
             read_at=now,
             agent=agent,
-            policy=policy_for_agent(agent),
+            policy=decision_policy(agent, stamp),
             grants=grants_for_run(run),
-            hooks=hook_bindings_for(agent),
+            hooks=decision_hooks(agent, stamp),
+            tools=decision_tools(for_evals=agent.for_evals, stamp=stamp),
         )
         driver.config = config
     return config

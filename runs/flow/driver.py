@@ -11,12 +11,11 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 
 from ..core import status as run_status
-from ..leases import CLAIMABLE, Heartbeat, LeaseLost, fenced, lease_claim, lease_release
-from ..lifecycle import run_transition
+from ..leases import CLAIMABLE, Heartbeat, LeaseLost, lease_claim, lease_release
 from ..models import Run
 from ..services import cancel_if_requested
 from .approval import approval_stage
-from .checkpoints import pending_flush, run_fail, username
+from .checkpoints import defer_transition, pending_flush, run_fail, username
 from .commit import commit_stage
 from .driver_state import Driver
 from .intake import intake_stage
@@ -62,12 +61,13 @@ def run_drive(*, run_id: Any, worker: str) -> None:
         lease_release(lease)
         return
     driver: Driver | None = None
-    left = False
+    left, outcome = False, None
     try:
         with Heartbeat(lease) as beat:
             driver = Driver(lease=lease, beat=beat)
             for _ in range(MAX_UNITS_PER_CLAIM):
-                if not isinstance(_advance(driver), Next):
+                outcome = _advance(driver)
+                if not isinstance(outcome, Next):
                     break
             pending_flush(driver)  # a stage that stopped with writes held: they are the run's
     except LeaseLost as error:
@@ -87,7 +87,8 @@ def run_drive(*, run_id: Any, worker: str) -> None:
     finally:
         if not left:
             lease_release(lease)
-            cancel_if_requested(run_id=run_id)
+            if not isinstance(outcome, Ended):  # an ended run has nothing left to cancel
+                cancel_if_requested(run_id=run_id)
 
 
 def _held_written(driver: Driver | None) -> None:
@@ -122,11 +123,9 @@ def _advance(driver: Driver) -> StageOutcome:
         return Ended("failed" if run.status == run_status.FAILED else "completed")
     if run.cancel_requested_at is not None:
         who = username(run.cancel_requested_by)
-        return run_fail(driver.lease, f"cancelled by {who}", cancelled=True)
-    if run.status == run_status.CREATED:
-        with fenced(driver.lease):
-            run_transition(
-                run_id=run.pk, to=run_status.PLANNING, detail={"worker": driver.lease.worker}
-            )
+        return run_fail(driver, f"cancelled by {who}", cancelled=True)
+    if run.status == run_status.CREATED:  # written with the intake's checkpoint
+        defer_transition(driver, run, run_status.PLANNING, detail={"worker": driver.lease.worker})
+        driver.current = True
         return NEXT
     return STAGES[run.stage or "intake"](driver, run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,13 @@ class Pending:
     add: dict[str, int | Any] = field(default_factory=dict)
     rows: list[models.Model] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # A status change among the fields: the status it starts from, which the row must
+    # still have; and what the change adds once the rows are in (its rollup, its trace).
+    status_was: str | None = None
+    after: list[Callable[[], None]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.set or self.add or self.rows or self.events)
+        return bool(self.set or self.add or self.rows or self.events or self.after)
 
 
 @dataclass

@@ -8,15 +8,14 @@ import hashlib
 from functools import partial
 from typing import Any
 
-from policies.permissions import policy_for_agent
-
 from ..events import run_event_append
-from ..leases import LeaseLost, fenced
+from ..leases import LeaseLost
 from ..models import Run, RunEvent, ToolCall
 from ..tools.call import tool_call_run
 from ..tools.journal import ToolCallStarted
 from ..tools.recover import tool_call_recover
-from .checkpoints import tool_event
+from .checkpoints import checkpoint, tool_event
+from .config import run_config
 from .driver_state import Driver
 
 
@@ -27,15 +26,18 @@ def harness_call(
         driver, run, ToolCall.objects.filter(run=run, tool_use_id=tool_use_id).first()
     )
     if record is None:
+        config = run_config(driver, run)
         try:
             record = tool_call_run(
                 workspace=run.workspace,
                 tool=tool,
                 arguments=arguments,
-                policy=policy_for_agent(run.agent),
+                policy=config.policy,
                 run=run,
+                grants=config.grants,
+                definition_of=config.definition,
                 tool_use_id=tool_use_id,
-                fence=partial(fenced, driver.lease),
+                fence=partial(checkpoint, driver),
                 **extra,
             )
         except ToolCallStarted:
@@ -43,7 +45,7 @@ def harness_call(
     # Its event: once, even when the worker died between recording the call and the event.
     told = RunEvent.objects.filter(run=run, type="tool.call", payload__tool_call=str(record.pk))
     if not told.exists():
-        with fenced(driver.lease):
+        with checkpoint(driver):
             run_event_append(run_id=run.pk, type="tool.call", payload=tool_event(record))
     return record
 
@@ -55,7 +57,7 @@ def running_call_recover(driver: Driver, run: Run, record: ToolCall | None) -> T
     nothing, and the one that holds it knows the previous holder can no longer write."""
     if record is None or record.status != "running":
         return record
-    with fenced(driver.lease):
+    with checkpoint(driver):
         outcome = tool_call_recover(record=record)
         run_event_append(
             run_id=run.pk,

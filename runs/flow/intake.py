@@ -10,63 +10,83 @@ from typing import Any
 
 from policies.core.permissions import Rule, SideEffect
 from policies.core.tool_specs import BUILTIN_TOOLS, FILE_WRITE_TOOLS
-from policies.permissions import policy_for_agent
 
 from ..core import status as run_status
 from ..core.intake import StructuredTask, intake
 from ..core.intake.boundaries import side_effect_outside
-from ..events import run_event_append
-from ..leases import fenced
-from ..lifecycle import run_transition
 from ..models import Run
 from ..tools.decide import BoundaryCheck
-from ..tools.registry import tool_definitions_for
-from .checkpoints import run_fail, run_fields_write, step_begin, step_end
+from .checkpoints import (
+    checkpoint,
+    defer_event,
+    defer_fields,
+    defer_step,
+    defer_transition,
+    run_fail,
+)
+from .config import run_config
 from .driver_state import Driver
 from .outcomes import NEXT, StageOutcome, Waits
 
 
 def intake_stage(driver: Driver, run: Run) -> StageOutcome:
-    policy = policy_for_agent(run.agent)
-    offered = tool_definitions_for(policy, for_evals=run.agent.for_evals)
-    available = [t["name"] for t in offered]
+    available = [t["name"] for t in run_config(driver, run).offered()]
     answers = dict(run.task.get("answers", [])) if run.task else {}
     try:
         task = intake(run.request, answers=answers, available_tools=available)
     except ValueError as error:
-        return run_fail(driver.lease, f"intake refused the request: {error}")
+        return run_fail(driver, f"intake refused the request: {error}")
     data = task.to_json()
-    with fenced(driver.lease):
-        _steps_record(run, task, data, answers)
-        run_fields_write(run, task=data, risk=task.risk.level)
-        run_event_append(run_id=run.pk, type="task.structured", payload=_task_summary(task))
-        if not task.ready:
-            run_transition(
-                run_id=run.pk, to=run_status.WAITING_FOR_ANSWER, detail={"waiting_for": "answer"}
-            )
-            questions = [
-                {"name": m.name, "question": m.question, "why": m.why} for m in task.missing
-            ]
-            run_event_append(
-                run_id=run.pk, type="intake.question", payload={"questions": questions}
-            )
-            return Waits("answer")
-        run_fields_write(run, stage="synthesize")
-        run_transition(run_id=run.pk, to=run_status.RUNNING)
+    # One checkpoint: the claim's planning, the three steps, the task, and the wait or
+    # the start of Synthesize.
+    _steps_record(driver, run, task, data, answers)
+    defer_fields(driver, run, task=data, risk=task.risk.level)
+    defer_event(driver, "task.structured", _task_summary(task))
+    if not task.ready:
+        defer_transition(
+            driver, run, run_status.WAITING_FOR_ANSWER, detail={"waiting_for": "answer"}
+        )
+        questions = [{"name": m.name, "question": m.question, "why": m.why} for m in task.missing]
+        defer_event(driver, "intake.question", {"questions": questions})
+        with checkpoint(driver):
+            pass
+        return Waits("answer")
+    defer_fields(driver, run, stage="synthesize")
+    defer_transition(driver, run, run_status.RUNNING)
+    with checkpoint(driver):
+        pass
+    driver.current = True
     return NEXT
 
 
 def _steps_record(
-    run: Run, task: StructuredTask, data: dict[str, Any], answers: dict[str, str]
+    driver: Driver,
+    run: Run,
+    task: StructuredTask,
+    data: dict[str, Any],
+    answers: dict[str, str],
 ) -> None:
     """Intake, Classify and Extract as the run's first three steps (SPEC R4, R7)."""
-    step = step_begin(run, "intake", {"request": run.request})
-    step_end(step, output={"risk": data["risk"]}, output_artifacts=["risk"])
-    step = step_begin(run, "classify", {"request": run.request})
-    step_end(step, output={"intent": task.intent, "evidence": task.intent_evidence})
-    step = step_begin(run, "extract", {"intent": task.intent, "answers": answers})
-    step_end(
-        step,
+    defer_step(
+        driver,
+        run,
+        "intake",
+        {"request": run.request},
+        output={"risk": data["risk"]},
+        output_artifacts=["risk"],
+    )
+    defer_step(
+        driver,
+        run,
+        "classify",
+        {"request": run.request},
+        output={"intent": task.intent, "evidence": task.intent_evidence},
+    )
+    defer_step(
+        driver,
+        run,
+        "extract",
+        {"intent": task.intent, "answers": answers},
         status="waiting" if not task.ready else "completed",
         output={
             "parameters": data["parameters"],

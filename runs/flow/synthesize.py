@@ -17,7 +17,6 @@ from policies.context import context_build
 from policies.core.tokenizer import ByteEstimate, utf8_length
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.effective_config import effective_config
-from policies.permissions import policy_for_agent
 
 from ..conversation import message_append, message_new, messages_for_api
 from ..core import loop
@@ -26,26 +25,25 @@ from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
 from ..core.intake.boundaries import task_paths
 from ..core.model_turns import OFFLINE_REPLAY, ModelError, ModelTurn, Usage
 from ..core.turn_figures import layer_figures, turn_context
-from ..leases import fenced
-from ..lifecycle import run_transition
 from ..model_clients import ReplayModel, model_for_run, system_blocks
 from ..models import ModelCall, Run, Step
 from ..observability import telemetry
 from ..observability.core.cost import Tokens, run_basis
 from ..observability.pricing import CallCost, call_cost
 from ..run_hooks import session_start
-from ..tools.registry import tool_definitions_for
 from .checkpoints import (
     checkpoint,
     defer_added,
     defer_event,
     defer_fields,
+    defer_transition,
     drafts_of,
     run_fail,
     run_fields_write,
     step_begin,
     step_end,
 )
+from .config import run_config
 from .driver_state import Driver
 from .intake import task_text
 from .outcomes import NEXT, StageOutcome
@@ -77,11 +75,11 @@ def synthesize_stage(driver: Driver, run: Run) -> StageOutcome:
 
 def _session_start(driver: Driver, run: Run) -> StageOutcome:
     """The session_start hooks, then the loop's first state and the task's message."""
-    halted = session_start(run)
+    halted = session_start(run, run_config(driver, run).hooks)
     if halted is not None:
-        return run_fail(driver.lease, f"halted by the {halted.handler} hook: {halted.reason}")
+        return run_fail(driver, f"halted by the {halted.handler} hook: {halted.reason}")
     state, _ = loop.start(run.agent.max_turns)
-    with fenced(driver.lease):
+    with checkpoint(driver):
         step = step_begin(run, "synthesize", {"max_turns": run.agent.max_turns})
         data = {"state": loop.state_to_json(state), "step": step.pk, "verify_rounds": 0}
         run_fields_write(run, loop=data)
@@ -111,14 +109,15 @@ def _prompt(driver: Driver, run: Run) -> None:
     )
     driver.system = system_blocks(stable, variable)
     driver.layers = layer_figures(layers)
-    policy = policy_for_agent(run.agent)
+    config = run_config(driver, run)
+    policy = config.policy
     if not run.effective_config:  # the first prompt's: a takeover keeps what was used
         used = effective_config(agent=run.agent, built=built, policy=policy)
         defer_fields(driver, run, effective_config=used)
     allowed = set(((run.task or {}).get("boundaries") or {}).get("tools") or ())
     driver.tools = [
         t
-        for t in tool_definitions_for(policy, for_evals=run.agent.for_evals, task=run.task or {})
+        for t in config.offered(run.task or {})
         if t["name"] not in BUILTIN_TOOLS or t["name"] in allowed
     ]
     driver.tool_tokens = _TOKENS.tokens_for_size(utf8_length(json.dumps(driver.tools)))
@@ -159,7 +158,7 @@ def _model_turn(
         try:
             driver.model = model_for_run(run, position=run.model_calls.count())
         except ModelError as error:
-            return run_fail(driver.lease, str(error))
+            return run_fail(driver, str(error))
     agent = run.agent
     messages = messages_for_api(driver.rows)
     compacted = compact(
@@ -185,7 +184,7 @@ def _model_turn(
         )
     except ModelError as error:
         telemetry.chat_failed(span, error)
-        return run_fail(driver.lease, f"model call failed: {error}")
+        return run_fail(driver, f"model call failed: {error}")
     latency = int((time.monotonic() - started) * 1000)
     new_state, action = loop.step(
         state, loop.ModelReplied(reply.stop_reason, tuple(u.id for u in reply.tool_uses))
@@ -314,19 +313,20 @@ def _turn_event(turn: _Turn) -> dict[str, Any]:
 
 def _loop_ended(driver: Driver, run: Run, action: loop.FinalOutput) -> StageOutcome:
     """The model is done: the loop's outcome, then on to Verify."""
-    driver.current = False  # its transitions below change the row behind the run in memory
     if action.outcome == "failed":
-        return run_fail(driver.lease, action.reason)
-    with fenced(driver.lease):
-        step_id = (run.loop or {}).get("step")
-        step = Step.objects.filter(pk=step_id).first() if step_id else None
-        if step is not None and step.status == "running":
-            step_end(
-                step,
-                output={"turns": run.model_calls.count(), "outcome": action.reason},
-                input_artifacts=["structured_task"],
-                output_artifacts=[f"draft:{path}" for path in drafts_of(run)],
-            )
-        run_fields_write(run, stage="verify")
-        run_transition(run_id=run.pk, to=run_status.VERIFYING)
+        return run_fail(driver, action.reason)
+    # Held for Verify's first checkpoint: the run in memory stays as it will be written.
+    step_id = (run.loop or {}).get("step")
+    step = Step.objects.filter(pk=step_id).first() if step_id else None
+    if step is not None and step.status == "running":
+        step_end(
+            step,
+            output={"turns": run.model_calls.count(), "outcome": action.reason},
+            input_artifacts=["structured_task"],
+            output_artifacts=[f"draft:{path}" for path in drafts_of(run)],
+            driver=driver,
+        )
+    defer_fields(driver, run, stage="verify")
+    defer_transition(driver, run, run_status.VERIFYING)
+    driver.current = True
     return NEXT

@@ -30,7 +30,7 @@ from ..conversation import (
 from ..core import loop
 from ..core import status as run_status
 from ..events import run_event_append
-from ..leases import LeaseLost, fenced
+from ..leases import LeaseLost
 from ..lifecycle import run_transition
 from ..models import Run, ToolCall
 from ..tools.call import tool_call_run
@@ -287,7 +287,7 @@ def tool_decided(
         raise loop.InvalidLoopEvent(f"Run {run.pk} resumed, but {tool_use_id} is undecided.")
     approved = approval.status == ApprovalRequest.Status.APPROVED
     new_state, _ = loop.step(state, loop.PersonDecided(tool_use_id, approved))
-    with fenced(driver.lease):
+    with checkpoint(driver):
         if not approved:
             _refusal_record(driver, run, state, approval)
         run_fields_write(run, loop={**data, "state": loop.state_to_json(new_state)})

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..leases import fenced
 from ..models import Run
-from .checkpoints import drafts_of, run_fail, run_fields_write, step_begin, step_end
+from .checkpoints import (
+    checkpoint,
+    defer_fields,
+    defer_step,
+    drafts_of,
+    run_fail,
+    run_fields_write,
+    step_begin,
+    step_end,
+)
 from .driver_state import Driver
 from .harness_calls import harness_call, path_id
 from .outcomes import NEXT, StageOutcome
@@ -21,11 +29,31 @@ def verify_stage(driver: Driver, run: Run) -> StageOutcome:
     data = dict(run.loop or {})
     rounds = int(data.get("verify_rounds", 0)) + 1
     drafts = drafts_of(run)
-    with fenced(driver.lease):
+    if not drafts:  # nothing to check: with the stage before's writes, and the next's
+        verification = _validated(driver, run, drafts, rounds)
+        defer_step(
+            driver,
+            run,
+            "verify",
+            {"drafts": drafts, "round": rounds},
+            verification=verification["result"],
+            output=verification,
+            input_artifacts=drafts,
+        )
+        defer_fields(
+            driver,
+            run,
+            verification=verification,
+            stage="approval",
+            loop={**data, "verify_rounds": rounds},
+        )
+        driver.current = True
+        return NEXT
+    with checkpoint(driver):
         step = step_begin(run, "verify", {"drafts": drafts, "round": rounds})
     verification = _validated(driver, run, drafts, rounds)
     problems = verification["problems"]
-    with fenced(driver.lease):
+    with checkpoint(driver):
         run_fields_write(run, verification=verification)
         step_end(
             step,

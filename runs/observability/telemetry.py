@@ -419,11 +419,12 @@ def _approval_span(approval_id: Any, parent: Context, ended_ns: int) -> None:
 
 # --- the run and its stages ----------------------------------------------------------------
 @_never_raises
-def run_transitioned(run: Run) -> None:
-    """Inside run_transition: a run that ended gets its root and stage spans on commit."""
-    if run.status not in ENDED or _tracer() is None:
+def run_transitioned(run: Run, to: str) -> None:
+    """Inside the transaction of a run's change to ``to``: a run that ended gets its root
+    and stage spans on commit."""
+    if to not in ENDED or _tracer() is None:
         return
-    transaction.on_commit(partial(_run_ended, run.pk, run.status, time.time_ns()), robust=True)
+    transaction.on_commit(partial(_run_ended, run.pk, to, time.time_ns()), robust=True)
 
 
 @_never_raises
