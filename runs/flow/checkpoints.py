@@ -31,6 +31,7 @@ from ..run_hooks import session_end
 from .config import run_config
 from .driver_state import Driver, Pending
 from .outcomes import Ended, Lost
+from .row_inserts import rows_insert
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,12 @@ def defer_added(driver: Driver, run: Run, **amounts: Any) -> None:
     for name, amount in amounts.items():
         driver.pending.add[name] = driver.pending.add.get(name, 0) + amount
         setattr(run, name, getattr(run, name) + amount)
+
+
+def defer_row(driver: Driver, row: Any) -> None:
+    """A new row for the next checkpoint: whatever the driver holds when it is handed
+    over (a hook's flush in between starts a new batch)."""
+    driver.pending.rows.append(row)
 
 
 def defer_event(driver: Driver, type: str, payload: dict[str, Any]) -> None:
@@ -164,10 +171,9 @@ def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:
     by_model: dict[type, list[Any]] = {}
     for row in rows:
         by_model.setdefault(type(row), []).append(row)
-    for model, same in by_model.items():
-        model._default_manager.bulk_create(same)  # type: ignore[attr-defined]
-    if events:
-        RunEvent.objects.bulk_create(events)
+    for same in by_model.values():
+        rows_insert(same)
+    rows_insert(events)
 
 
 def _publish_on_commit(events: list[RunEvent]) -> None:

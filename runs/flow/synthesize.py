@@ -225,8 +225,9 @@ def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn
     """The model call, its assistant message, the run's usage and cost, the loop's next
     state and the events, all or nothing. A turn that asks for tools is held for the
     checkpoint of its first call (it commits with the call's journal or its result, in one
-    transaction); any other is written now. A worker that dies before that checkpoint
-    asks the model again on resume: the turn is recorded once or not at all."""
+    transaction), the model's last for the run's end (Verify, Approval and the completion
+    follow with no wait); any other is written now. A worker that dies before that
+    checkpoint asks the model again on resume: the turn is recorded once or not at all."""
     reply, usage, priced, compacted = turn.reply, turn.usage, turn.priced, turn.compacted
     driver.pending.rows.append(
         ModelCall(
@@ -282,7 +283,9 @@ def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn
     defer_event(driver, "model.turn", _turn_event(turn))
     driver.rows.append(row)
     driver.fresh_uses.update(u.id for u in reply.tool_uses)
-    if turn.new_state.phase != loop.TOOL_EXEC:
+    # Held for the next checkpoint when one follows at once: the first tool call's, or
+    # (the model is done) the run's end; a turn the model continues is written now.
+    if turn.new_state.phase not in (loop.TOOL_EXEC, loop.TERMINATE):
         with checkpoint(driver):
             pass
     driver.current = True

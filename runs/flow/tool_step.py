@@ -42,6 +42,7 @@ from .checkpoints import (
     checkpoint,
     defer_event,
     defer_fields,
+    defer_row,
     pending_flush,
     run_fields_write,
     tool_event,
@@ -173,6 +174,7 @@ def _tool_call(
             fence=partial(checkpoint, driver),
             recorded=recorded if approval is None or not approval.edited_diff else None,
             definition_of=config.definition,
+            defer=partial(defer_row, driver),
         )
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None

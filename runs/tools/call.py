@@ -47,7 +47,7 @@ from .effects import effects_applied
 from .execute import child_context_build, execute
 from .journal import journal_open
 from .mcp_client import mcp_call, mcp_decide
-from .record import instructions_after_writes, tool_call_record, tool_reply_transformed
+from .record import Insert, instructions_after_writes, tool_call_record, tool_reply_transformed
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 BeforeRun = Callable[[str, dict[str, Any]], tuple[str, str] | None]
@@ -74,6 +74,7 @@ def tool_call_run(
     fence: Fence = transaction.atomic,
     recorded: Recorded | None = None,
     definition_of: Callable[[str], ToolDefinition | None] | None = None,
+    defer: Insert | None = None,
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
@@ -85,13 +86,17 @@ def tool_call_run(
     before anything stores or shows the output; ``before_run``: the pre_tool_use hooks,
     which may still refuse with a (rule, reason); ``fence``: the transaction that journals
     and records the call with its effects (a lost lease raises ``LeaseLost`` there);
-    ``recorded``: called with the record in it; ``definition_of``: the tool's definition.
+    ``recorded``: called with the record in it; ``definition_of``: the tool's definition;
+    ``defer``: the fence's own rows (a run's checkpoint): a call with nothing for the files
+    hands its new record and ``recorded``'s writes over before the fence, and the fence's
+    one transaction writes them all.
     """
     grants = grants if grants is not None else grants_for_run(run) if run is not None else ()
     record = _record(workspace, run, tool, tool_use_id, arguments, policy, user)
     if definition_of is None:
         definition_of = partial(tool_definition, for_evals=run is not None and run.agent.for_evals)
-    definition, final = definition_of(tool), _Final(fence, recorded)
+    definition = definition_of(tool)
+    final = _Final(fence, recorded, defer if recorded is not None else None)
     if refused := arguments_refusal(definition, tool, arguments):
         return _refuse(record, refused, final)
     assert definition is not None and isinstance(arguments, dict)
@@ -167,10 +172,10 @@ def _limits(run: Run | None, workspace: Workspace, approved_by: Any) -> LimitCon
 
 class _Final:
     """The call's fence, and what the caller writes with the finished record in the same
-    transaction (``recorded``)."""
+    transaction (``recorded``); ``defer``: the fence inserts rows handed to it."""
 
-    def __init__(self, fence: Fence, recorded: Recorded | None) -> None:
-        self.fence, self.recorded = fence, recorded
+    def __init__(self, fence: Fence, recorded: Recorded | None, defer: Insert | None) -> None:
+        self.fence, self.recorded, self.defer = fence, recorded, defer
 
     @contextmanager
     def recording(self, record: ToolCall) -> Iterator[None]:
@@ -178,6 +183,19 @@ class _Final:
             yield
             if self.recorded is not None:
                 self.recorded(record)
+
+    def holds(self, record: ToolCall, reply: dict[str, Any] | None = None) -> bool:
+        """Whether the record can be handed to the fence rather than written in it: a new
+        record (not journalled) whose reply has nothing for the files."""
+        return self.defer is not None and record._state.adding and not (reply or {}).get("effects")
+
+    def held(self, record: ToolCall) -> None:
+        """The record and the caller's writes are the fence's rows; then the fence: its one
+        transaction checks the lease and writes them all, or none."""
+        assert self.recorded is not None
+        self.recorded(record)
+        with self.fence():
+            pass
 
 
 def _builtin(
@@ -249,6 +267,11 @@ def _builtin(
         context=context,
     )
     reply = tool_reply_transformed(reply, transform)
+    if final.holds(record, reply):  # nothing for the files: all in the fence's statements
+        assert final.defer is not None
+        record = tool_call_record(record, reply, insert=final.defer)
+        final.held(record)
+        return record
     with final.recording(record):
         reply = effects_applied(
             reply,
@@ -369,6 +392,11 @@ def _refuse(record: ToolCall, refused: Refused, final: _Final) -> ToolCall:
     record.decision, record.reason, record.status = refused.decision, refused.reason, "refused"
     record.error = refused.reason
     record.finished_at = timezone.now()
+    if final.holds(record):
+        assert final.defer is not None
+        final.defer(record)
+        final.held(record)
+        return record
     with final.recording(record):
         record.save()
     return record

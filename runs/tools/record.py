@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import transaction
@@ -21,6 +22,7 @@ from policies.models import Workspace
 
 from ..models import Artifact, ToolCall, WriteRecord
 
+Insert = Callable[[Any], None]  # a new row, for the caller's transaction to insert
 MAX_RESULT_CHARS = 16_000
 TIMING_FIELDS = ("elapsed_ms",)  # measured by the harness, never shown to the model
 TRUNCATED = "\n[... truncated: the full output is artifact {artifact} ...]"
@@ -81,25 +83,33 @@ def tool_reply_transformed(
     return {**reply, **kept}
 
 
-def tool_call_record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
+def tool_call_record(
+    record: ToolCall, reply: dict[str, Any], insert: Insert | None = None
+) -> ToolCall:
     """Store the call's status, its output as the model may see it and its writes; call
-    with the reply already transformed (:func:`tool_reply_transformed`)."""
+    with the reply already transformed (:func:`tool_reply_transformed`). ``insert``: a new
+    record and its rows are handed to it instead of saved (a checkpoint that inserts them
+    with the rest of its step, in its transaction)."""
     writes = reply.pop("writes", [])
     reply = clean(reply)
     record.status = "ok" if reply.get("ok") else ("timeout" if reply.get("timed_out") else "error")
     record.error = "" if reply.get("ok") else str(reply.get("error", "failed"))
     shown, full = _truncate(reply)
     record.finished_at = timezone.now()
-    with transaction.atomic():
+    if insert is not None:
+        assert record._state.adding, "only a new record is inserted with its checkpoint"
+    put = insert or _saved
+    with transaction.atomic() if insert is None else nullcontext():
         record.output = shown
-        record.save()
+        put(record)
         if full is not None:
-            artifact = Artifact.objects.create(
+            artifact = Artifact(
                 tool_call=record,
                 content=full,
                 size=len(full.encode()),
                 sha256=hashlib.sha256(full.encode()).hexdigest(),
             )
+            put(artifact)
             marker = TRUNCATED.format(artifact=artifact.pk)
             for key in ("content", "diff", "stderr"):
                 if isinstance(shown.get(key), str) and len(shown[key]) < len(str(reply[key])):
@@ -109,12 +119,13 @@ def tool_call_record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
                 f"The output was truncated; the full output is artifact {artifact.pk}."
             )
             record.output = shown
-            record.save(update_fields=["output"])
+            if insert is None:  # else the record is inserted later, as it is now
+                record.save(update_fields=["output"])
         record.written_paths = [write["path"] for write in writes]
         for order, write in enumerate(writes):
             before = base64.b64decode(write["before"]) if write["before"] is not None else None
             after = base64.b64decode(write["after"]) if write["after"] is not None else None
-            WriteRecord.objects.create(
+            written = WriteRecord(
                 tool_call=record,
                 order=order,
                 path=write["path"],
@@ -123,7 +134,12 @@ def tool_call_record(record: ToolCall, reply: dict[str, Any]) -> ToolCall:
                 diff=file_diff(before, after, write["path"]),  # describes binary content
                 rollback={"action": "restore_before", "path": write["path"]},
             )
+            put(written)
     return record
+
+
+def _saved(row: Any) -> None:
+    row.save()
 
 
 def instructions_after_writes(record: ToolCall, workspace: Workspace) -> None:

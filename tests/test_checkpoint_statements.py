@@ -1,0 +1,234 @@
+"""What a run writes, statement by statement (issue 17 §3): a loop step is one
+transaction with one statement per table; the fixed flow rides three checkpoints; a
+transition the worker writes is guarded by the status it starts from; the checkpoint's
+own inserts store what Django's would."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from runs.core import status as run_status
+from runs.flow import synthesize
+from runs.flow.checkpoints import checkpoint, defer_event, defer_transition
+from runs.flow.driver_state import Driver
+from runs.flow.row_inserts import rows_insert
+from runs.leases import Heartbeat, LeaseLost, lease_claim, lease_release
+from runs.models import Artifact, Message, ModelCall, Run, RunEvent, Step, ToolCall
+from runs.services import run_create
+from tests.conftest import SEEDED
+from tests.fake_anthropic import message
+from tests.helpers import drive
+
+pytestmark = SEEDED
+
+TRANSACTION_CONTROL = re.compile(r"^\s*(BEGIN|SAVEPOINT|RELEASE|ROLLBACK|COMMIT)", re.I)
+
+
+def read(n: int, tool: str = "readSource", arguments: dict[str, Any] | None = None):
+    use = {"type": "tool_use", "id": f"toolu_{n}", "name": tool}
+    use["input"] = arguments if arguments is not None else {"path": "docs/notes.md"}
+    return message([use], stop_reason="tool_use")
+
+
+@pytest.fixture
+def notes(workspace):
+    (workspace.root_path / "docs").mkdir(exist_ok=True)
+    (workspace.root_path / "docs" / "notes.md").write_text("# Notes\n\nThe loop waits.\n")
+    return workspace
+
+
+@contextmanager
+def statements_and_commits() -> Iterator[tuple[list[str], list[int]]]:
+    """Every statement this thread's connection runs (the lease keeper has its own), with
+    a marker at each model turn, and how many transactions committed before each."""
+    found: list[str] = []
+    commits = [0]
+    turn = synthesize._model_turn
+    real_commit = connection.commit
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        found.append(f"-- turn, after commit {commits[0]}")
+        return turn(*args, **kwargs)
+
+    def counted() -> None:
+        commits[0] += 1
+        real_commit()
+
+    def wrapper(execute, sql, params, many, context):
+        found.append(sql)
+        return execute(sql, params, many, context)
+
+    synthesize._model_turn = marked
+    connection.commit = counted  # type: ignore[method-assign]
+    try:
+        with connection.execute_wrapper(wrapper):
+            yield found, commits
+    finally:
+        synthesize._model_turn = turn
+        del connection.commit
+
+
+def tables_written(statements: list[str]) -> list[tuple[str, str]]:
+    """(verb, table) of each statement that is not transaction control."""
+    out = []
+    for sql in statements:
+        if TRANSACTION_CONTROL.match(sql) or sql.startswith("-- turn"):
+            continue
+        verb = sql.split()[0].upper()
+        table = re.search(r'(?:INTO|UPDATE|FROM)\s+"?(\w+)"?', sql)
+        out.append((verb, table.group(1) if table else "?"))
+    return out
+
+
+def test_a_loop_step_is_one_transaction_with_one_statement_per_table(personas, agent, notes, api):
+    api.answers += [read(1), read(2), read(3), message([{"type": "text", "text": "Done."}])]
+    run = run_create(
+        agent=agent,
+        workspace=notes,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+    with statements_and_commits() as (found, _):
+        run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    marks = [i for i, sql in enumerate(found) if sql.startswith("-- turn")]
+    # Between the second turn and the third: the second turn's call and its step, whole.
+    step = found[marks[1] + 1 : marks[2]]
+    assert tables_written(step) == [
+        ("UPDATE", "runs_run"),  # the fence, the loop's state, the usage, the event numbers
+        ("INSERT", "runs_modelcall"),
+        ("INSERT", "runs_message"),  # the assistant's turn and the tool's result, together
+        ("INSERT", "runs_toolcall"),
+        ("INSERT", "runs_runevent"),  # model.turn and tool.call, together
+    ]
+    committed = [int(found[m].rsplit(" ", 1)[1]) for m in marks]
+    assert committed[2] - committed[1] == 1  # one transaction for the whole step
+
+
+def test_the_fixed_flow_of_a_read_only_run_rides_three_checkpoints(personas, agent, notes, api):
+    """Created → planning → running with intake's steps in one; the session's start in
+    another; the model's last turn, running → verifying → completed and the rollup in a
+    third; and one per step."""
+    api.answers += [
+        read(1),
+        read(2, "searchDocs", {"query": "loop"}),
+        message([{"type": "text", "text": "It waits."}]),
+    ]
+    run = run_create(
+        agent=agent,
+        workspace=notes,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+    with statements_and_commits() as (found, commits):
+        run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    events = list(run.events.order_by("seq").values_list("type", "payload"))
+    statuses = [p["to"] for kind, p in events if kind == "status.changed"]
+    assert statuses == ["planning", "running", "verifying", "completed"]
+    # The lease's claim; intake's checkpoint; the session's start; the two steps (and
+    # searchDocs' index of its folder, in a transaction of its own); the end, with the
+    # model's last turn held for it. The release is one statement, outside them.
+    assert commits[0] <= 7, commits[0]
+    writes = [t for t in tables_written(found) if t[0] != "SELECT"]
+    assert len(writes) <= 33, writes
+
+
+def test_a_transition_whose_run_moved_meanwhile_writes_nothing(personas, agent, workspace, api):
+    """A worker frozen past its lease whose run was cancelled (failed without it) wakes
+    and checkpoints planning → running: the row is no longer in the status the change
+    starts from, so the fence refuses, and nothing of the checkpoint is written."""
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+    lease = lease_claim(run_id=run.pk, worker="test-worker:1")
+    assert lease is not None
+    driver = Driver(lease=lease, beat=Heartbeat(lease))
+    run = Run.objects.get(pk=run.pk)
+    defer_transition(driver, run, run_status.PLANNING)
+    defer_event(driver, "task.structured", {"intent": "question"})
+    before = Run.objects.values_list("event_seq", flat=True).get(pk=run.pk)
+    Run.objects.filter(pk=run.pk).update(status=run_status.FAILED, failure_reason="cancelled")
+    with pytest.raises(LeaseLost, match="is failed now, not created"), checkpoint(driver):
+        pass
+    stored = Run.objects.get(pk=run.pk)
+    assert (stored.status, stored.event_seq) == (run_status.FAILED, before)
+    assert not RunEvent.objects.filter(run=run, type__in=["status.changed", "task.structured"])
+    lease_release(lease)
+
+
+FINISHED = timezone.now()
+
+
+def _rows(run: Run) -> list[Any]:
+    call = ToolCall(run=run, workspace=run.workspace, tool_use_id="t1", tool="readSource")
+    call.arguments, call.output = {"path": "docs/ü.md"}, {"ok": True, "content": "x\x01"}
+    return [
+        ModelCall(run=run, turn=1, model="m", text="hé", context={"layers": []}, cost_usd=None),
+        Message(run=run, index=0, role="user", kind="task", content=[{"type": "text"}]),
+        Message(run=run, index=1, role="assistant", kind="assistant", content="text"),
+        call,
+        Artifact(tool_call=call, content="full", size=4, sha256="0" * 64),
+        Step(run=run, index=1, name="intake", input={"a": [1, 2]}, finished_at=FINISHED),
+        RunEvent(run=run, seq=1000, type="x", payload={"k": "v"}),
+    ]
+
+
+def _stored(row: Any) -> dict[str, Any]:
+    fields = [f.attname for f in type(row)._meta.concrete_fields if not f.primary_key]
+    found = type(row).objects.filter(pk=row.pk).values(*fields).get()
+    return {k: v for k, v in found.items() if k not in ("created_at", "started_at")}
+
+
+def test_the_checkpoint_s_inserts_store_what_bulk_create_stores(personas, agent, workspace, api):
+    """Each model a checkpoint inserts, with keys of both kinds (UUID and auto-incremented),
+    JSON, NUL-free text, defaults and auto_now_add, against Django's own bulk_create."""
+    ours = run_create(
+        agent=agent, workspace=workspace, requester=personas.operator, request="a", dispatch=False
+    )
+    theirs = run_create(
+        agent=agent, workspace=workspace, requester=personas.operator, request="b", dispatch=False
+    )
+    mine, django = _rows(ours), _rows(theirs)
+    with transaction.atomic():
+        for row in mine:
+            rows_insert([row])
+        for row in django:
+            type(row).objects.bulk_create([row])
+    for a, b in zip(mine, django, strict=True):
+        assert a.pk is not None and not a._state.adding
+        got, want = _stored(a), _stored(b)
+        for key in ("run_id", "tool_call_id"):
+            if key in want:
+                got.pop(key), want.pop(key)
+        assert got == want, type(a).__name__
+    assert ModelCall.objects.get(pk=mine[0].pk).created_at is not None  # auto_now_add
+
+
+def test_many_rows_go_in_statements_under_the_parameter_limit(personas, agent, workspace, api):
+    run = run_create(
+        agent=agent, workspace=workspace, requester=personas.operator, request="a", dispatch=False
+    )
+    rows = [
+        RunEvent(run=run, seq=1000 + i, type="x", payload={"i": i, "id": str(uuid.uuid4())})
+        for i in range(1, 701)
+    ]
+    with transaction.atomic():
+        rows_insert(rows)
+    stored = RunEvent.objects.filter(run=run, type="x").order_by("seq")
+    assert list(stored.values_list("payload__i")) == [(i,) for i in range(1, 701)]
+    assert all(row.pk is not None for row in rows)
