@@ -232,6 +232,48 @@ def test_events_committed_together_reach_the_page_in_one_message_in_order(client
     assert html.index('id="run-event-2"') < html.index("first") < html.index("second")
 
 
+def test_a_batch_goes_only_to_groups_someone_is_in(run, monkeypatch, settings):
+    """On the embedded default's layer the publisher asks once which of a batch's groups
+    have members and sends to those only; the member hears its run all the same."""
+    import uuid
+
+    from channels.layers import get_channel_layer
+
+    from harness_console.web.live import PUBLISHER, run_group
+
+    PUBLISHER.flush()  # the run's creation is out: what the spy sees is the batch's
+    layer = get_channel_layer()
+    sent: list[str] = []
+    real = layer.group_send
+
+    async def spy(group: str, message: dict) -> None:
+        if message.get("seq") == 9:
+            sent.append(group)
+        await real(group, message)
+
+    monkeypatch.setattr(layer, "group_send", spy)
+    other = uuid.uuid4()
+    batch = [
+        {"type": "run.event", "run_id": str(run_id), "seq": 9, "event_type": "note"}
+        for run_id in (run.pk, other)
+    ]
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add(run_group(run.pk), channel)
+        await PUBLISHER._send_batch(layer, batch)
+        message = await layer.receive(channel)
+        await layer.group_discard(run_group(run.pk), channel)
+        return message
+
+    message = async_to_sync(scenario)()
+    assert message["run_id"] == str(run.pk)
+    if settings.EMBEDDED:
+        assert sent == [run_group(run.pk)]
+    else:  # Redis: a group nobody is in costs one round trip; nothing is looked up first
+        assert sorted(sent) == sorted([run_group(run.pk), run_group(other)])
+
+
 def test_logging_out_closes_the_open_pages_of_that_user(client, run, personas):
     session = cookie(client, personas.operator)
 

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,11 @@ class _Publisher:
             )
             for run_id, events in by_run.items()
         ]
-        for group, message in runs + sends:
+        targets = runs + sends
+        heard = await _groups_heard(layer, {group for group, _ in targets})
+        for group, message in targets:
+            if heard is not None and group not in heard:
+                continue
             try:
                 await layer.group_send(group, message)
             except Exception:
@@ -160,6 +164,39 @@ class _Publisher:
             asyncio.run_coroutine_threadsafe(queue.join(), self._loop).result(timeout)
         except Exception:
             logger.warning("Some live events were not sent before the deadline.")
+
+
+async def _groups_heard(layer: Any, groups: set[str]) -> set[str] | None:
+    """The groups someone is in, when the layer can say so for all of them at once; None
+    when it cannot (send to each: on Redis a group nobody is in costs one round trip).
+
+    The embedded default's layer (channels_lite) looks a group's members up in its
+    database at each ``group_send``, the same query for the run of every event: one query
+    for the whole batch instead, and no send to a group nobody is in. It changes nothing a
+    page sees: a page that joins after this look still replays the run's events from the
+    database when it connects, as it does when it joins after a send.
+    """
+    if len(groups) < 2 or type(layer).__module__ != "channels_lite.layers.core":
+        return None
+    try:
+        return await _groups_with_members(sorted(groups))
+    except Exception:  # the sends below say what is wrong with the layer
+        logger.warning("Could not read the live groups' members", exc_info=True)
+        return None
+
+
+@sync_to_async
+def _groups_with_members(groups: list[str]) -> set[str]:
+    from channels_lite.models import GroupMembership  # installed on the embedded default only
+    from django.utils import timezone
+
+    now, heard = timezone.now(), set[str]()
+    for start in range(0, len(groups), 500):  # within SQLite's parameter limit
+        members = GroupMembership.objects.filter(
+            group_name__in=groups[start : start + 500], expires_at__gte=now
+        )
+        heard.update(members.values_list("group_name", flat=True).distinct())
+    return heard
 
 
 PUBLISHER = _Publisher()
