@@ -1,7 +1,8 @@
 """Policies reviewed like code, in Chromium on a real daphne (issue 18 point 5): a wording
 edit previewed and saved keeps the version, and a request a real run is waiting on under
 that version stays valid and is approved; a policy that needs a second admin takes an
-edit only when another admin approves it from the approval queue."""
+edit only when another admin approves it from the approval queue. Two revisions compare,
+and the older one is restored as a new revision."""
 
 from __future__ import annotations
 
@@ -169,3 +170,52 @@ def unchanged_yet(policy: Policy) -> None:
     rule = off_loop(lambda: PolicyRule.objects.get(policy=policy, key="drafts"))
     assert (rule.decision, rule.reason) == ("ask", "look")
     assert off_loop(lambda: Policy.objects.get(pk=policy.pk).version) == 1
+
+
+def test_two_revisions_are_compared_and_the_older_restored_in_the_browser(
+    live_stack, page: Page, client, personas
+):
+    from policies.models import PolicyRevision
+    from policies.policy_revisions import revision_record
+
+    policy = off_loop(make_policy, name="revisions", guarded=False)
+    first = off_loop(revision_record, policy=policy, author=personas.admin, note="created")
+    login(page, live_stack, client, personas.admin)
+    open_policy(page, live_stack, policy)
+    page.select_option("#id_rules-0-decision", "allow")
+    page.fill("#id_change_note", "drafts need nobody")
+    page.click("input[name=_continue]")
+    expect(page.locator(".field-history_link")).to_contain_text("2 revisions")
+    second = off_loop(lambda: PolicyRevision.objects.get(policy=policy, number=2))
+    assert (second.decision_version, second.note) == (2, "drafts need nobody")
+
+    # Compare the edit with the revision before it.
+    page.goto(f"{live_stack.url}/admin/policies/policyrevision/{second.pk}/change/")
+    page.get_by_role("link", name="Compare with another revision").click()
+    page.select_option("select[name=against]", str(first.pk))
+    page.get_by_role("button", name="Compare").click()
+    diff = page.locator("#revision-diff")
+    expect(diff).to_contain_text("--- revision 1")
+    expect(diff).to_contain_text("+++ revision 2")
+    expect(diff).to_contain_text("-rule 10 drafts: createDraft (any path) → ask — look")
+    expect(diff).to_contain_text("+rule 10 drafts: createDraft (any path) → allow — look")
+
+    # Restore the first: shown against the policy as it is, then written as a new revision.
+    page.goto(f"{live_stack.url}/admin/policies/policyrevision/{first.pk}/change/")
+    page.get_by_role("link", name="Restore this revision…").click()
+    expect(page.locator("#revision-diff")).to_contain_text(
+        "+rule 10 drafts: createDraft (any path) → ask — look"
+    )
+    assert off_loop(lambda: PolicyRule.objects.get(policy=policy, key="drafts").decision) == (
+        "allow"
+    )  # nothing restored by looking
+    page.get_by_role("button", name="Restore revision 1").click()
+    expect(page.locator(".messagelist")).to_contain_text(
+        "Revision 1 of revisions restored as revision 3 (decision version 3)."
+    )
+    assert off_loop(lambda: PolicyRule.objects.get(policy=policy, key="drafts").decision) == "ask"
+    assert off_loop(lambda: Policy.objects.get(pk=policy.pk).version) == 3
+    restored = off_loop(lambda: PolicyRevision.objects.get(policy=policy, number=3))
+    assert (restored.restored_from_id, restored.author_id) == (first.pk, personas.admin.pk)
+    assert restored.snapshot["rules"] == first.snapshot["rules"]
+    assert off_loop(lambda: PolicyRevision.objects.filter(policy=policy).count()) == 3
