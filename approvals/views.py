@@ -294,6 +294,9 @@ def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse
         return redirect("approvals:review", approval_id=approval.pk)
     form = DecisionForm(request.POST)
     arguments = form.decision_kwargs()
+    if (cleared := _cleared_edit(form, arguments)) is not None:
+        form.add_error("edited_diff", cleared)
+        return _review(request, approval, form, status=400)
     try:
         decided = approval_decide(approval=approval, user=request.user, **arguments).approval
     except ValidationError as error:
@@ -313,6 +316,18 @@ def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse
     if following is None:
         return redirect("approvals:queue")
     return redirect("approvals:review", approval_id=following.pk)
+
+
+def _cleared_edit(form: DecisionForm, arguments: dict[str, Any]) -> str | None:
+    """An approval from the page with the patch editor open and emptied: the approver
+    meant to approve no change, not the proposed one (which an empty edit would mean)."""
+    sent = "edited_diff" in form.data and not arguments["edited_diff"].strip()
+    if arguments["decision"] != "approve" or not sent:
+        return None
+    return (
+        "The edited patch is empty: approving it would commit nothing. Close the editor to "
+        "approve the change as proposed, or reject it with a reason."
+    )
 
 
 def _decided_message(approval: ApprovalRequest, decision: str) -> str:
