@@ -1,12 +1,13 @@
 """Policies reviewed like code, in Chromium on a real daphne (issue 18 point 5): a wording
 edit previewed and saved keeps the version, and a request a real run is waiting on under
 that version stays valid and is approved; a policy that needs a second admin takes an
-edit only when another admin approves it from the approval queue. Two revisions compare,
-and the older one is restored as a new revision."""
+edit only when another admin approves it from the approval queue, where it arrives
+live. Two revisions compare, and the older one is restored as a new revision."""
 
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from playwright.sync_api import Page, expect
 
 from approvals.fingerprint import changes_since_asked
@@ -138,6 +139,15 @@ def test_a_guarded_policy_changes_only_when_a_second_admin_approves(
     live_stack, page: Page, client, personas, admin_user
 ):
     policy = off_loop(make_policy, name="guarded", guarded=True)
+    # The second admin watches the approval queue: the proposal arrives there live.
+    second = page.context.browser.new_context()
+    other = second.new_page()
+    login(other, live_stack, Client(), personas.admin)
+    other.goto(f"{live_stack.url}/approvals/")
+    expect(other.locator("#approvals-live-status")).to_have_text("live")
+    expect(other.locator("#policy-changes")).to_have_count(0)
+    expect(other.locator("#nav-approvals-count")).to_have_text("0")
+
     login(page, live_stack, client, admin_user)
     open_policy(page, live_stack, policy)
     page.select_option("#id_rules-0-decision", "allow")
@@ -148,12 +158,10 @@ def test_a_guarded_policy_changes_only_when_a_second_admin_approves(
     expect(page.locator("#policy-change-own")).to_be_visible()
     unchanged_yet(policy)
 
-    second = page.context.browser.new_context()
-    other = second.new_page()
-    login(other, live_stack, client, personas.admin)
-    other.goto(f"{live_stack.url}/approvals/")
     row = other.locator("#policy-changes tr[data-policy-change]")
-    expect(row).to_have_count(1)
+    expect(row).to_have_count(1)  # without a reload
+    expect(row).to_contain_text("drafts need nobody")
+    expect(other.locator("#nav-approvals-count")).to_have_text("1")
     row.get_by_role("link", name="guarded").click()
     expect(other.get_by_role("button", name="Approve: put it in force")).to_be_visible()
     unchanged_yet(policy)  # the second admin has it open: still nothing in force
