@@ -1,4 +1,5 @@
-"""The approval queue's WebSocket: news that a request appeared or was decided.
+"""The approval queue's WebSocket: news that a request (or a policy change waiting for a
+second admin) appeared or was decided.
 
 It carries no request content, only which request changed: the page fetches its table
 again through the ordinary view, so what an approver sees is always what the database and
@@ -34,5 +35,15 @@ class ApprovalQueueConsumer(GroupNewsConsumer):
                     "approval": payload.get("approval"),
                     "run": message.get("run_id"),
                 }
+            )
+        )
+
+    async def policy_change(self, message: dict[str, Any]) -> None:
+        """A policy change joined or left the queue (B16): its pages fetch their table."""
+        if not await self.still_allowed():
+            return
+        await self.send(
+            text_data=json.dumps(
+                {"event": "policy_change", "policy_change": message.get("policy_change")}
             )
         )

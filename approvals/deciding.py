@@ -206,6 +206,8 @@ def _decision_errors(
         errors["comment"] = "Say why you reject it: the requester and the model read this."
     if digest and digest != approval.digest:
         errors["digest"] = "This request is not the one your page showed; reload it."
+    if decision == "approve" and (refusal := approval.approve_refusal):
+        errors["decision"] = refusal
     if decision == "approve" and approval.strong_confirmation and "confirm" not in errors:
         expected = approval.confirm_expected
         if not expected or (confirm or "").strip() != expected:
@@ -232,11 +234,11 @@ def edit_problem(approval: ApprovalRequest, edited_diff: str, *, whole: bool = T
     """Why an edited patch cannot replace the proposed change, or "" when it can: it must
     apply to the files as they are now, change every file of the request (leaving one out
     would commit the model's version of it unseen; not so for the accepted hunks, ``whole``
-    False, where a file with none accepted keeps its text) and delete none."""
+    False, where a file with none accepted keeps its text), delete none, and change
+    something (an edit that leaves every file as it is would approve an empty commit)."""
     try:
-        edited = apply_patch(
-            originals_for(approval.run, approval.paths), edited_diff, approval.paths
-        )
+        originals = originals_for(approval.run, approval.paths)
+        edited = apply_patch(originals, edited_diff, approval.paths)
     except PatchError as error:
         what = "edited patch does" if whole else "accepted hunks do"
         return f"The {what} not apply to the files as they are now: {error}"
@@ -247,6 +249,11 @@ def edit_problem(approval: ApprovalRequest, edited_diff: str, *, whole: bool = T
         )
     if deleted := [p for p, text in edited.items() if text is None]:
         return f"An edit cannot delete a file ({', '.join(deleted)}): reject the request instead."
+    if whole and edited == originals:
+        return (
+            "The edited patch changes nothing: approving it would commit nothing. Keep a "
+            "change, or reject the request with a reason."
+        )
     return ""
 
 

@@ -44,6 +44,8 @@ def approval_link(request: HttpRequest, token: str) -> HttpResponse:
     if approval.decisions.filter(user_id=user.pk).exists():
         voted = "You approved this already; the other approvers it needs decide the rest."
         return _refused(request, reading, status=410, message=voted)
+    if reading.claim.decision == "approve" and (nothing := approval.approve_refusal):
+        return _refused(request, reading, status=409, message=nothing)
     if request.method == "GET":
         return _confirm(request, reading)
     typed = {"comment": request.POST.get("comment", ""), "confirm": request.POST.get("confirm", "")}

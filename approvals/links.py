@@ -147,11 +147,15 @@ def link_read(*, token: str, now: datetime.datetime | None = None) -> LinkReadin
 def _state_refusal(
     claim: LinkClaim, approval: ApprovalRequest, now: datetime.datetime
 ) -> tuple[LinkState, str] | None:
-    expired = claim.expires <= now.timestamp() or (
-        approval.expires_at is not None and approval.expires_at <= now
-    )
-    if approval.status == ApprovalRequest.Status.EXPIRED or (approval.is_pending and expired):
+    request_past = approval.expires_at is not None and approval.expires_at <= now
+    if approval.status == ApprovalRequest.Status.EXPIRED or (approval.is_pending and request_past):
         return "expired", "This link expired with its request: nobody can decide it any more."
+    if approval.is_pending and claim.expires <= now.timestamp():  # made with an older deadline
+        when = datetime.datetime.fromtimestamp(claim.expires, datetime.UTC)
+        return "expired", (
+            f"This link expired at {when:%Y-%m-%d %H:%M} UTC: it can no longer decide. The "
+            "request is still pending: decide it on its review page."
+        )
     if approval.status == ApprovalRequest.Status.INVALIDATED:
         why = approval.status_reason or "what it asked about changed"
         return (

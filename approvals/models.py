@@ -10,6 +10,8 @@ from django.db import models
 
 from policies.models import EvalAware
 
+from .core.patch import shows_a_change
+
 EDITABLE_TOOLS = frozenset({"commitDraft"})  # tool calls whose patch an approver may edit
 
 
@@ -138,6 +140,23 @@ class ApprovalRequest(EvalAware):
         if any(line.startswith("Binary file ") for line in self.diff.splitlines()):
             return "binary"
         return ""
+
+    @property
+    def approve_refusal(self) -> str:
+        """Why this request cannot be approved, or "": a commit whose diff shows no change
+        (no hunk, no binary change, no file it creates) would commit nothing anyone saw.
+        The harness never asks so (a draft that reads as its file is dropped); this holds
+        for whatever path such a request might still come by."""
+        if self.kind != self.Kind.COMMIT and self.tool not in EDITABLE_TOOLS:
+            return ""
+        if not self.is_pending or shows_a_change(self.diff):
+            return ""
+        if any(self.file_hashes.get(path) is None for path in self.paths):
+            return ""  # it creates a file, empty: a change, though its diff has no line
+        return (
+            "This request changes no file: approving it would commit nothing. "
+            "Reject it with a reason (the model reads it)."
+        )
 
     @property
     def edit_refusal(self) -> str:

@@ -9,6 +9,8 @@ from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.http import Http404
 
 from harness_console.roles import may_decide, may_read_approvals
+from policies.models import PolicyChangeRequest
+from policies.policy_changes import may_decide_policy_changes, policy_changes_pending
 
 from .models import ApprovalRequest
 
@@ -28,8 +30,24 @@ SORTS = {
 
 
 def pending_count_for(user: Any) -> int:
-    """What the navigation shows an approver: pending requests they may decide."""
-    return pending_counts(user)["theirs"]
+    """What the navigation shows an approver: pending requests they may decide, and for an
+    admin the policy changes waiting for a second admin that they may decide."""
+    return pending_counts(user)["theirs"] + policy_changes_count_for(user)
+
+
+def policy_changes_for(user: Any) -> QuerySet[PolicyChangeRequest]:
+    """The policy changes the queue shows this user: every pending one to an admin (their
+    own marked, left to another admin), none to anyone else."""
+    if not may_decide_policy_changes(user):
+        return PolicyChangeRequest.objects.none()
+    return policy_changes_pending()
+
+
+def policy_changes_count_for(user: Any) -> int:
+    """Pending policy changes this admin may decide: not their own."""
+    if not may_decide_policy_changes(user):
+        return 0
+    return policy_changes_pending().exclude(author=user).count()
 
 
 def queue_for(

@@ -21,8 +21,7 @@ from django.views.decorators.http import require_http_methods
 from harness_console.roles import may_decide
 from harness_console.web.fragments import wants_fragment
 from harness_console.web.redirects import safe_next
-from policies.models import Agent, PolicyChangeRequest
-from policies.policy_changes import may_decide_policy_changes
+from policies.models import Agent
 from runs.approval_outcomes import approval_decide, approvals_decide_group
 
 from .core.hunks import HunkRef, hunks_of
@@ -39,6 +38,7 @@ from .selectors import (
     may_read,
     pending_count_for,
     pending_counts,
+    policy_changes_for,
     queue_for,
     queue_neighbours,
 )
@@ -103,7 +103,12 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     else:
         total = pending.count() if filtered else counts["theirs"]
     fragment = wants_fragment(request)
+    # The second admin's part (B16): in the table the live queue fetches again, and in
+    # the navigation's count.
+    policy_changes = list(policy_changes_for(user)[:QUEUE_LIMIT])
+    theirs = sum(change.author_id != user.pk for change in policy_changes)
     context = {
+        "policy_changes": policy_changes,
         "rows": rows,
         "groups": groups_in(rows),
         "total": total,
@@ -112,20 +117,14 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         "filtered": filtered,
         "notices": form.notices(),
         "own": counts["own"],
-        "approvals_pending": counts["theirs"],  # the navigation's count, without asking again
+        # The navigation's count, without asking again.
+        "approvals_pending": counts["theirs"] + theirs,
         "fragment": fragment,
         "risks": RISKS,
         "kinds": ApprovalRequest.Kind.choices,
         "agents": agents,
         "sorts": list(SORTS),
     }
-    if not fragment and may_decide_policy_changes(user):  # the second admin's part (B16)
-        context["policy_changes"] = list(
-            PolicyChangeRequest.objects.without_evals()
-            .filter(status=PolicyChangeRequest.Status.PENDING)
-            .select_related("policy", "author")
-            .order_by("created_at")[:QUEUE_LIMIT]
-        )
     template = "approvals/queue_table.html" if fragment else "approvals/queue.html"
     return render(request, template, context)
 
@@ -294,6 +293,9 @@ def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse
         return redirect("approvals:review", approval_id=approval.pk)
     form = DecisionForm(request.POST)
     arguments = form.decision_kwargs()
+    if (cleared := _cleared_edit(form, arguments)) is not None:
+        form.add_error("edited_diff", cleared)
+        return _review(request, approval, form, status=400)
     try:
         decided = approval_decide(approval=approval, user=request.user, **arguments).approval
     except ValidationError as error:
@@ -313,6 +315,18 @@ def approval_decide_view(request: HttpRequest, approval_id: Any) -> HttpResponse
     if following is None:
         return redirect("approvals:queue")
     return redirect("approvals:review", approval_id=following.pk)
+
+
+def _cleared_edit(form: DecisionForm, arguments: dict[str, Any]) -> str | None:
+    """An approval from the page with the patch editor open and emptied: the approver
+    meant to approve no change, not the proposed one (which an empty edit would mean)."""
+    sent = "edited_diff" in form.data and not arguments["edited_diff"].strip()
+    if arguments["decision"] != "approve" or not sent:
+        return None
+    return (
+        "The edited patch is empty: approving it would commit nothing. Close the editor to "
+        "approve the change as proposed, or reject it with a reason."
+    )
 
 
 def _decided_message(approval: ApprovalRequest, decision: str) -> str:

@@ -11,7 +11,10 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
+
+from harness_console.web.live import APPROVALS_GROUP, group_news_publish
 
 from .core.diffs import text_diff
 from .core.permissions import Policy as CorePolicy
@@ -29,10 +32,28 @@ from .policy_revisions import (
 from .simulation import policy_edit_effect
 
 EFFECT_SHOWN = 20
+POLICY_CHANGE_MESSAGE = "policy.change"  # the approval queue's consumer: policy_change()
 
 
 def may_decide_policy_changes(user: Any) -> bool:
     return bool(getattr(user, "is_active", False) and user.has_perm("policies.change_policy"))
+
+
+def policy_changes_pending() -> QuerySet[PolicyChangeRequest]:
+    """Proposals waiting for a second admin, oldest first (never the eval set's)."""
+    return (
+        PolicyChangeRequest.objects.without_evals()
+        .filter(status=PolicyChangeRequest.Status.PENDING)
+        .select_related("policy", "author")
+        .order_by("created_at")
+    )
+
+
+def _queue_news(change: PolicyChangeRequest) -> None:
+    """Tell the approval queue's pages (and every approver's count) once committed: a
+    proposal joined or left the queue."""
+    message = {"type": POLICY_CHANGE_MESSAGE, "policy_change": change.pk}
+    transaction.on_commit(lambda: group_news_publish(APPROVALS_GROUP, message))
 
 
 def core_policy_of(name: str, snapshot: dict[str, Any]) -> CorePolicy:
@@ -71,7 +92,7 @@ def policy_change_propose(
         f"revision {base.number} (in force)",
         "proposed",
     )
-    return PolicyChangeRequest.objects.create(
+    change = PolicyChangeRequest.objects.create(
         policy=policy,
         base=base,
         snapshot=snapshot,
@@ -80,6 +101,8 @@ def policy_change_propose(
         note=note[:200],
         author=author,
     )
+    _queue_news(change)
+    return change
 
 
 def policy_change_decide(
@@ -110,6 +133,7 @@ def policy_change_decide(
         else:
             status = PolicyChangeRequest.Status.REJECTED
         PolicyChangeRequest.objects.filter(pk=locked.pk).update(status=status, **fields)
+        _queue_news(locked)
         if status == PolicyChangeRequest.Status.APPROVED:
             before = policy_decision_digest(policy)
             snapshot_write(policy, locked.snapshot)

@@ -200,7 +200,10 @@ def test_a_link_never_outlives_the_deadline_it_was_made_with(personas, agent, wo
         expires_at=timezone.now() + datetime.timedelta(hours=1)
     )
     response = as_user(personas.approver).post(url, {"comment": "late"})
-    assert response.status_code == 410 and "expired" in response.content.decode()
+    assert response.status_code == 410 and "This link expired at" in response.content.decode()
+    assert "The request is still pending: decide it on its review page." in (
+        response.content.decode()
+    )
     assert status_of(approval) == "pending" and not approval.decisions.exists()
 
 

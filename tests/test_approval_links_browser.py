@@ -1,15 +1,21 @@
 """Decide-from-anywhere links in a real browser on a real daphne, the run in a real Celery
 worker (issue 18 point 4, SPEC B14): an approver opens the link from an email logged out,
 logs in and lands on the confirmation page, confirms, the run completes, and the same link
-opened again says it was used. An L3 delete's link still asks for the typed path."""
+opened again says it was used. An L3 delete's link still asks for the typed path. A link
+past its deadline, and one for a request someone else decided, are refused with a page
+that says which, and decide nothing."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
+from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from approvals.links import link_token_make
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalLinkUse, ApprovalRequest
+from runs.approval_outcomes import approval_decide
 from runs.models import Run
 from runs.services import run_answer, run_create
 from tests.conftest import EVERYWHERE, PASSWORD
@@ -105,3 +111,43 @@ def test_an_l3_delete_link_needs_the_typed_path_in_the_browser(
     expect(page.locator(".message")).to_contain_text("Approved")
     expect_run(page, live_stack, run, "completed")
     assert not (docs / "old-faq.md").exists()
+
+
+@pytest.mark.usefixtures("seeded")
+def test_an_expired_link_and_a_link_someone_else_beat_are_refused_saying_which(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    run = submit(personas, agent, workspace, "Fix the broken link in docs/configuration.md")
+    approval = pending(run)
+    # A link made with a deadline that has passed since (a link never outlives the
+    # deadline it was made with), while the request itself still waits.
+    approval.expires_at = timezone.now() - datetime.timedelta(minutes=1)
+    expired = link_url(live_stack, approval)
+    login(page, live_stack, client, personas.approver)
+    response = page.goto(expired)
+    assert response is not None and response.status == 410
+    expect(page.locator("h1")).to_have_text("This link cannot decide")
+    refusal = page.locator("#link-refusal")
+    expect(refusal).to_contain_text("This link expired at")
+    expect(refusal).to_contain_text("The request is still pending: decide it on its review page.")
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    page.locator("#link-review").click()
+    expect(page.locator("#decision-form")).to_be_visible()  # decided there, not by the link
+    assert off_loop(lambda: ApprovalRequest.objects.get(pk=approval.pk).status) == "pending"
+
+    # A fresh link, but another approver decides on the review page first.
+    fresh = off_loop(lambda: ApprovalRequest.objects.get(pk=approval.pk))
+    beaten = link_url(live_stack, fresh)
+    off_loop(approval_decide, approval=fresh, user=personas.admin, decision="approve")
+    response = page.goto(beaten)
+    assert response is not None and response.status == 410
+    expect(page.locator("#link-refusal")).to_have_text(
+        "This request was approved already, by ada-admin."
+    )
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    page.locator("#link-review").click()
+    expect(page.locator("#approval-outcome")).to_contain_text("Approved by ada-admin")
+    expect_run(page, live_stack, run, "completed")
+    decided = off_loop(lambda: list(ApprovalRequest.objects.get(pk=approval.pk).decisions.all()))
+    assert [(d.user_id, d.decision) for d in decided] == [(personas.admin.pk, "approve")]
+    assert not off_loop(lambda: ApprovalLinkUse.objects.filter(approval_id=approval.pk).exists())

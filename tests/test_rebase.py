@@ -308,3 +308,124 @@ def test_after_the_other_run_is_rolled_back_the_request_is_current_again(
     second_ask.refresh_from_db()
     assert second_ask.status == "approved"
     assert guide.read_text() == changed(GUIDE, 8, "Eight.")
+
+
+# --- the same, through the REST API (POST /api/approvals/{id}/decide/) ------------------------
+def decide_through_api(user, approval: ApprovalRequest, **data) -> dict:
+    """One decision as a script makes it: DRF's endpoint, with the digest it was shown."""
+    from rest_framework.test import APIClient
+
+    api_client = APIClient()
+    api_client.force_authenticate(user)
+    shown = api_client.get(f"/api/approvals/{approval.pk}/")
+    assert shown.status_code == 200, shown.content
+    response = api_client.post(
+        f"/api/approvals/{approval.pk}/decide/",
+        {"digest": shown.json()["digest"], **data},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def read_through_api(user, approval: ApprovalRequest) -> dict:
+    from rest_framework.test import APIClient
+
+    api_client = APIClient()
+    api_client.force_authenticate(user)
+    response = api_client.get(f"/api/approvals/{approval.pk}/")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_through_the_api_an_edit_on_a_file_another_run_changed_is_rebased_kept_and_committed_once(
+    personas, agent, workspace, guide, api
+):
+    first, first_ask = waiting_run(
+        api, personas, agent, workspace, changed(GUIDE, 2, "Line two, reworded."), 1
+    )
+    second, second_ask = waiting_run(
+        api, personas, agent, workspace, changed(GUIDE, 8, "Line eight, reworded."), 2
+    )
+    assert decide_through_api(personas.approver, first_ask, decision="approve")["status"] == (
+        "approved"
+    )
+    assert drive(first).status == "completed"
+
+    shown = read_through_api(personas.approver, second_ask)["diff"]
+    edited = shown.replace("+Line eight, reworded.", "+Line eight, reworded through the API.")
+    assert edited != shown
+    decided = decide_through_api(
+        personas.approver, second_ask, decision="approve", edited_diff=edited
+    )
+    assert (decided["status"], decided["edited_diff"]) == ("approved", edited)
+    assert decided["decisions"][0]["edited_diff"] == edited
+
+    second = drive(second)
+    old = read_through_api(personas.approver, second_ask)
+    assert old["status"] == "invalidated"
+    assert old["status_reason"].startswith(
+        "docs/guide.md changed since the request (another change was committed); this run's "
+        "change, with the edit april-approver made when approving it, was rebased"
+    )
+    again = ApprovalRequest.objects.get(run=second, status="pending")
+    fresh = read_through_api(personas.approver, again)
+    assert fresh["reason"].startswith(
+        "Rebased onto the file as it is now: docs/guide.md (line 2 came from it). Includes "
+        "the edit april-approver made when approving the earlier request."
+    )
+    assert "+Line eight, reworded through the API." in fresh["diff"]
+    assert not [ln for ln in fresh["diff"].splitlines() if ln.startswith("-Line 2")]
+
+    assert decide_through_api(personas.approver, again, decision="approve")["status"] == (
+        "approved"
+    )
+    assert drive(second).status == "completed"
+    assert guide.read_bytes() == (
+        changed(
+            changed(GUIDE, 2, "Line two, reworded."), 8, "Line eight, reworded through the API."
+        ).encode()
+    )
+    assert ToolCall.objects.filter(run=second, tool="commitDraft", status="ok").count() == 1
+    assert ApprovalRequest.objects.filter(run=second, status="pending").count() == 0
+
+
+@EVERYWHERE
+@pytest.mark.usefixtures("seeded")
+def test_through_the_api_a_change_that_does_not_merge_goes_back_to_the_model(
+    personas, agent, workspace, guide, api
+):
+    first, first_ask = waiting_run(
+        api, personas, agent, workspace, changed(GUIDE, 5, "Line five, the first way."), 1
+    )
+    second, second_ask = waiting_run(
+        api, personas, agent, workspace, changed(GUIDE, 5, "Line five, the second way."), 2
+    )
+    decide_through_api(personas.approver, first_ask, decision="approve")
+    assert drive(first).status == "completed"
+    assert decide_through_api(personas.approver, second_ask, decision="approve")["status"] == (
+        "approved"
+    )
+    turns_before = second.model_calls.count()
+    asked_before = len(api.requests)
+    drafting(api, changed(GUIDE, 5, "Line five, the first way, and the second."), 3)
+    second = drive(second)
+
+    old = read_through_api(personas.approver, second_ask)
+    assert old["status"] == "invalidated"
+    assert "does not merge with it: both changed line 5" in old["status_reason"]
+    # One more turn for the model (its new draft, then "Drafted."), told the conflict.
+    assert second.model_calls.count() == turns_before + 2
+    assert len(api.requests) == asked_before + 2
+    told = str(api.requests[asked_before]["body"]["messages"][-1]["content"])
+    assert "Your change to docs/guide.md could not be committed" in told
+    assert "both changed line 5" in told
+    assert guide.read_text() == changed(GUIDE, 5, "Line five, the first way.")
+    again = ApprovalRequest.objects.get(run=second, status="pending")
+    assert (
+        "+Line five, the first way, and the second."
+        in read_through_api(personas.approver, again)["diff"]
+    )
+    assert ApprovalRequest.objects.filter(run=second, status="pending").count() == 1

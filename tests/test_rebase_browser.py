@@ -1,7 +1,9 @@
 """Two runs on one file, decided in a real browser on a real daphne, the runs in a real
 Celery worker (issue 18 point 1): the first is approved and committed; the second, edited
 and approved by its approver on the page, is rebased with the edit and asked again, and
-once approved commits once, with the exact bytes of both changes and the edit."""
+once approved commits once, with the exact bytes of both changes and the edit. A second
+change that does not merge goes back to the model, and the run page says so; after the
+other run is rolled back, the request is current again."""
 
 from __future__ import annotations
 
@@ -126,3 +128,104 @@ def test_an_edit_approved_on_a_file_another_run_changed_is_rebased_kept_and_comm
     expect(page.locator(".approval-edited").first).to_contain_text(
         "the request was invalidated before anything was written"
     )
+
+
+def model_turns(run_id) -> int:
+    return off_loop(lambda: Run.objects.get(pk=run_id).model_calls.count())
+
+
+@pytest.mark.usefixtures("seeded", "api_key")
+def test_a_change_that_does_not_merge_goes_back_to_the_model_and_the_run_page_says_so(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    guide = docs / "guide.md"
+    guide.write_text(GUIDE)
+    first = waiting(live_stack, personas, agent, workspace, changed(GUIDE, 5, "Five, first."), 1)
+    second = waiting(live_stack, personas, agent, workspace, changed(GUIDE, 5, "Five, second."), 2)
+    login(page, live_stack, client, personas.approver)
+    review(page, live_stack, first)
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".message")).to_contain_text("Approved")
+    wait_until(lambda: status_of(first.run_id) == "completed", timeout=30, what="the first run")
+
+    # The model's one more turn: it drafts its change again on top of the file as it is.
+    turns = model_turns(second.run_id)
+    live_stack.fake_anthropic.answers += [
+        message(
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_guide_again",
+                    "name": "createDraft",
+                    "input": {
+                        "path": "docs/guide.md",
+                        "content": changed(GUIDE, 5, "Five, first, then second."),
+                    },
+                }
+            ],
+            stop_reason="tool_use",
+        ),
+        message([{"type": "text", "text": "Drafted again."}]),
+    ]
+    asked_before = len(live_stack.fake_anthropic.requests)
+    review(page, live_stack, second)
+    expect(page.locator("#review-changed")).to_contain_text(
+        "if the two changes do not merge, the run goes back to the model with the conflict"
+    )
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".message")).to_contain_text("Approved")
+
+    again = pending_for(Run(pk=second.run_id))
+    assert again.pk != second.pk
+    assert model_turns(second.run_id) == turns + 2  # one more turn: its draft, then done
+    told = live_stack.fake_anthropic.requests[asked_before]["body"]["messages"][-1]
+    assert "Your change to docs/guide.md could not be committed" in str(told["content"])
+    assert guide.read_text() == changed(GUIDE, 5, "Five, first.")  # nothing of the clash
+
+    page.goto(f"{live_stack.url}/runs/{second.run_id}/")
+    expect(page.locator(f'[data-approval="{second.pk}"] p.approval-invalidated')).to_contain_text(
+        "this run's change does not merge with it: both changed line 5"
+    )
+    expect(page.locator('li[data-type="status.changed"] .back-to-model')).to_have_count(1)
+    expect(page.locator(f'[data-approval="{again.pk}"] pre.diff')).to_contain_text(
+        "+Five, first, then second."
+    )
+    expect(page.locator(f'[data-approval="{again.pk}"] .status')).to_have_text("pending")
+
+
+@pytest.mark.usefixtures("seeded", "api_key")
+def test_after_the_other_run_is_rolled_back_the_request_is_current_again_in_the_browser(
+    live_stack, page, client, personas, agent, workspace, docs
+):
+    guide = docs / "guide.md"
+    guide.write_text(GUIDE)
+    first = waiting(live_stack, personas, agent, workspace, changed(GUIDE, 2, "Two, new."), 1)
+    second = waiting(live_stack, personas, agent, workspace, changed(GUIDE, 8, "Eight, new."), 2)
+    login(page, live_stack, client, personas.approver)
+    review(page, live_stack, first)
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".message")).to_contain_text("Approved")
+    wait_until(lambda: status_of(first.run_id) == "completed", timeout=30, what="the first run")
+    review(page, live_stack, second)
+    expect(page.locator("#review-changed")).to_contain_text(
+        "docs/guide.md changed since the request"
+    )
+
+    # Roll the first run back from its page, confirming the browser's dialog.
+    page.goto(f"{live_stack.url}/runs/{first.run_id}/")
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    page.locator("#run-rollback").click()
+    expect(page.locator("#run-status")).to_have_text("rolled_back")
+    assert asked == ["Restore every file this run changed to its bytes from before the run?"]
+    assert guide.read_bytes() == GUIDE.encode()
+
+    review(page, live_stack, second)
+    expect(page.locator("#review-changed")).to_have_count(0)
+    expect(page.locator("#decision-form")).to_be_visible()
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".message")).to_contain_text("Approved")
+    wait_until(lambda: status_of(second.run_id) == "completed", timeout=30, what="the second run")
+    assert guide.read_bytes() == changed(GUIDE, 8, "Eight, new.").encode()
+    asks = off_loop(lambda: list(ApprovalRequest.objects.filter(run_id=second.run_id)))
+    assert [(a.pk, a.status) for a in asks] == [(second.pk, "approved")]  # no rebase, no re-ask

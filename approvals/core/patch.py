@@ -143,6 +143,11 @@ class _Building:
     hunks: list[tuple[int, list[tuple[str, str]]]] = field(default_factory=list)
 
 
+def shows_a_change(diff: str) -> bool:
+    """Whether a diff shows any change to see: a hunk, or a binary change described."""
+    return any(line.startswith(("@@", "Binary file ")) for line in diff.splitlines())
+
+
 def parse_patch(text: str) -> list[FilePatch]:
     """Parse a unified diff strictly: garbage is refused rather than guessed at."""
     files: list[_Building] = []

@@ -132,7 +132,7 @@
     }
 
     function approve() {
-      if (!form) return;
+      if (!form || !document.getElementById("approve")) return;  // nothing to approve
       if (!editing() && hunks.allRejected()) { hunks.sayAllRejected(); return; }
       if (confirmInput && confirmInput.value.trim() !== confirmInput.dataset.expected) {
         confirmInput.focus();  // a strong confirmation is typed, never skipped by a key
