@@ -171,10 +171,13 @@ def queries() -> list[Query]:
 # --- promtool ------------------------------------------------------------------------------
 @pytest.fixture
 def promtool() -> str:
+    """A missing checker fails, never skips: a skipped check would pass having checked
+    nothing. `make test` installs it (its `system-packages` step)."""
     path = shutil.which("promtool")
     if path is None:
-        pytest.skip(
-            "promtool is not installed: `make system-packages` installs Debian's prometheus"
+        pytest.fail(
+            "promtool is missing: run make system-packages (it installs Debian's prometheus)",
+            pytrace=False,
         )
     return path
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -281,7 +282,23 @@ def test_an_agent_s_model_must_be_one_the_price_table_prices(agent):
     typo = AgentForm(data={**data, "model": "claude-sonet-4-6"}, instance=agent)
     assert not typo.is_valid()
     assert "No price in the price table matches 'claude-sonet-4-6'" in typo.errors["model"][0]
-    assert "claude-sonnet-4" in typo.errors["model"][0]  # the priced models are named
+    error = typo.errors["model"][0]
+    # The nearest priced names (the agent's own model is in use and priced), what is
+    # checked, and every priced name.
+    assert "Did you mean claude-sonnet-4-6, claude-sonnet-4 or claude-opus-4-6? " in error
+    assert "checked against the price table only" in error
+    assert "Priced: claude-3-5-haiku, claude-haiku-4-5, claude-opus-4," in error
+    far = AgentForm(data={**data, "model": "gpt-4o"}, instance=agent)
+    assert not far.is_valid() and "Did you mean" not in far.errors["model"][0]
     priced = AgentForm(data={**data, "model": " claude-sonnet-4-6 "}, instance=agent)
     assert priced.is_valid(), priced.errors
     assert priced.cleaned_data["model"] == "claude-sonnet-4-6"
+
+
+@pytest.mark.usefixtures("seeded")
+def test_the_agent_form_offers_the_priced_model_names(client, personas, agent):
+    client.force_login(personas.admin)
+    html = client.get(f"/admin/policies/agent/{agent.pk}/change/").content.decode()
+    assert 'list="agent-model-names"' in html and '<datalist id="agent-model-names">' in html
+    options = re.findall(r'<option value="(claude-[^"]+)"></option>', html)
+    assert options == sorted(options) and {"claude-sonnet-4", "claude-sonnet-4-6"} <= set(options)

@@ -45,4 +45,25 @@
       }
     }
   });
+  // A value cut in its line (runs/templatetags/events.py) shows its whole text, the
+  // title's, in the same line when clicked, and its cut again on a second click.
+  function toggleCut(cut) {
+    var open = cut.getAttribute("aria-expanded") === "true";
+    if (!open) cut.dataset.cut = cut.textContent;
+    cut.textContent = open ? cut.dataset.cut : cut.title;
+    cut.setAttribute("aria-expanded", open ? "false" : "true");
+  }
+  var timeline = document.getElementById("run-timeline");
+  if (timeline) {
+    timeline.addEventListener("click", function (e) {
+      var cut = e.target.closest ? e.target.closest(".cut") : null;
+      if (cut) toggleCut(cut);
+    });
+    timeline.addEventListener("keydown", function (e) {
+      if ((e.key === "Enter" || e.key === " ") && e.target.classList.contains("cut")) {
+        e.preventDefault();
+        toggleCut(e.target);
+      }
+    });
+  }
 })();
