@@ -51,7 +51,9 @@ class BenchStack(LiveStack):
         def ready() -> bool:
             self._check_alive()
             return all(
-                "ready." in self.log(name) for name in names if name in ("worker", "housekeeping")
+                "ready." in self.log(name)
+                for name in names
+                if name.startswith("worker") or name == "housekeeping"
             )
 
         wait_until(ready, timeout=60, what="the Celery workers")

@@ -215,8 +215,8 @@ def submit(stack: BenchStack, token: str) -> str:
 
 
 def harness(stack: NamedStack, token: str, n: int, timeout: float) -> dict[str, Any]:
-    worker = stack.processes["worker"].pid
-    idle = rss_mib(worker)
+    workers = [p.pid for name, p in stack.processes.items() if name.startswith("worker")]
+    idle = sum(rss_mib(pid) for pid in workers)
     cpu_before, bench_before = stack_cpu(stack), time.process_time()
     began_wall = time.time()
     with ThreadPoolExecutor(min(n, SUBMITTERS)) as pool:
@@ -228,7 +228,7 @@ def harness(stack: NamedStack, token: str, n: int, timeout: float) -> dict[str, 
     while time.monotonic() < deadline:
         statuses = list(Run.objects.filter(pk__in=ids).values_list("status", flat=True))
         peak_flight = max(peak_flight, sum(1 for s in statuses if s in IN_FLIGHT))
-        peak_rss = max(peak_rss, rss_mib(worker))
+        peak_rss = max(peak_rss, sum(rss_mib(pid) for pid in workers))
         per = pg_connections()
         if sum(per.values()) > peak_pg:
             peak_pg, peak_per = sum(per.values()), per
@@ -332,16 +332,17 @@ def main() -> None:
 
 
 def report(rows: list[dict[str, Any]], config: str, latency: float) -> None:
-    threads = settings.HARNESS_RUN_THREADS
+    threads, processes = settings.HARNESS_RUN_THREADS, settings.HARNESS_RUN_PROCESSES
     pool = settings.HARNESS_DB_POOL_SIZE
     print(f"\n## bench/throughput.py: {config}")
     print(
-        f"Run worker: threads x{threads} (HARNESS_RUN_THREADS); DB pool {pool} per process;"
+        f"Run workers: {processes} process(es) (HARNESS_RUN_PROCESSES) x {threads} threads"
+        f" (HARNESS_RUN_THREADS); DB pool {pool} per process;"
         f" fake model latency {latency:g} s; 3 turns per run (readSource, searchDocs, answer).\n"
     )
     print(
         "| N | all done | floor | x floor | submitted in | peak in flight "
-        "| worker RSS idle → peak | MiB per run in flight | PG connections at peak | errors "
+        "| run workers' RSS idle → peak | MiB per run in flight | PG connections at peak | errors "
         "| model call, tool call (means) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

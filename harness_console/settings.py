@@ -270,6 +270,15 @@ CELERY_TASK_ROUTES = {task: {"queue": queue} for queue, tasks in _ROUTED.items()
 HARNESS_RUN_THREADS = int(os.environ.get("HARNESS_RUN_THREADS", "200"))
 if HARNESS_RUN_THREADS < 1:
     raise ImproperlyConfigured("HARNESS_RUN_THREADS must be 1 or more.")
+# Run worker processes per machine (serve starts them all): one per core this process may
+# use, since a process's Python runs on one core at a time. On this 2-core machine one
+# process was one busy core at 200 runs in flight while the other waited (bench/throughput.py).
+# A bigger machine gets more of them by itself; HARNESS_RUN_THREADS is per process.
+HARNESS_RUN_PROCESSES = int(
+    os.environ.get("HARNESS_RUN_PROCESSES") or len(os.sched_getaffinity(0)) or 1
+)
+if HARNESS_RUN_PROCESSES < 1:
+    raise ImproperlyConfigured("HARNESS_RUN_PROCESSES must be 1 or more.")
 CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = HARNESS_RUN_THREADS
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -32,6 +32,7 @@ def test_ctrl_c_stops_web_workers_and_beat_cleanly(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     env.update(HARNESS_VAR_DIR=str(tmp_path / "var"), PYTHONUNBUFFERED="1")
+    env["HARNESS_RUN_PROCESSES"] = "2"
     log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
     serve = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port)],
@@ -55,7 +56,7 @@ def test_ctrl_c_stops_web_workers_and_beat_cleanly(tmp_path):
         wait_until(ready, timeout=120, what="web, worker and beat")  # a loaded machine
         group = children_of(serve.pid)
         descendants = group + [c for pid in group for c in children_of(pid)]
-        assert len(group) == 4  # web, the run worker, the housekeeping worker, beat
+        assert len(group) == 5  # web, two run workers, the housekeeping worker, beat
         serve.send_signal(signal.SIGINT)
         assert serve.wait(timeout=40) == 0
         time.sleep(0.5)
@@ -92,3 +93,22 @@ def test_make_run_serves_where_it_is_told_and_links_follow_the_served_address(mo
     assert child_environment(anywhere, 8100)["HARNESS_BASE_URL"] == "http://127.0.0.1:8100"
     monkeypatch.setenv("HARNESS_BASE_URL", "https://console.example.com")  # behind a proxy
     assert child_environment(anywhere, 8100)["HARNESS_BASE_URL"] == "https://console.example.com"
+
+
+def test_serve_starts_one_run_worker_per_process_it_is_given(settings):
+    """HARNESS_RUN_PROCESSES run workers, each a Celery node of its own on the runs queue
+    with the threads pool; one housekeeping worker whatever their number."""
+    from harness_console.management.commands.serve import commands
+
+    settings.HARNESS_RUN_PROCESSES = 3
+    argv = commands(host="127.0.0.1", port=8000, worker_name="runs@box")
+    runs = {name: cmd for name, cmd in argv.items() if name.startswith("worker")}
+    assert sorted(runs) == ["worker", "worker-2", "worker-3"]
+    names = [cmd[cmd.index("--hostname") + 1] for cmd in runs.values()]
+    assert names == ["runs@box", "runs-2@box", "runs-3@box"]
+    assert all(cmd[cmd.index("--queues") + 1] == settings.RUNS_QUEUE for cmd in runs.values())
+    assert sorted(set(argv) - set(runs)) == ["beat", "housekeeping", "web"]
+    settings.HARNESS_RUN_PROCESSES = 1
+    assert [name for name in commands(host="127.0.0.1", port=8000) if "worker" in name] == [
+        "worker"
+    ]

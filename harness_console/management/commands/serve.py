@@ -31,15 +31,22 @@ def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[st
     here too, so they run what ``make run`` runs.
 
     ``worker`` drives runs: the threads pool (settings: CELERY_WORKER_POOL) with
-    HARNESS_RUN_THREADS threads (CELERY_WORKER_CONCURRENCY), on the runs queue only.
-    ``housekeeping`` is a small threads pool for beat's sweepers and everything else, so a
-    sweeper never waits behind a backlog of runs. Both are the README's production lines.
+    HARNESS_RUN_THREADS threads (CELERY_WORKER_CONCURRENCY), on the runs queue only; and
+    ``worker-2`` … up to HARNESS_RUN_PROCESSES, the same on the machine's other cores, each
+    a Celery node of its own (``name-2@host``). ``housekeeping`` is a small threads pool for
+    beat's sweepers and everything else, so a sweeper never waits behind a backlog of runs.
+    Both are the README's production lines.
     """
     python = sys.executable
     celery = [python, "-m", "celery", "-A", "harness_console"]
     name, _, host_part = worker_name.partition("@")
     # One machine: no peers to gossip or mingle with, so the workers start faster.
     alone = ["--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    run_worker = [*celery, "worker", *alone, "--queues", settings.RUNS_QUEUE, "--hostname"]
+    more_run_workers = {
+        f"worker-{i}": [*run_worker, f"{name}-{i}@{host_part or '%h'}"]
+        for i in range(2, settings.HARNESS_RUN_PROCESSES + 1)
+    }
     return {
         "web": [
             python,
@@ -51,15 +58,8 @@ def commands(*, host: str, port: int, worker_name: str = "worker@%h") -> dict[st
             str(port),
             "harness_console.asgi:application",
         ],
-        "worker": [
-            *celery,
-            "worker",
-            *alone,
-            "--queues",
-            settings.RUNS_QUEUE,
-            "--hostname",
-            worker_name,
-        ],
+        "worker": [*run_worker, worker_name],
+        **more_run_workers,
         "housekeeping": [
             *celery,
             "worker",
