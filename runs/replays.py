@@ -73,15 +73,36 @@ def _load(path: Path) -> ReplayScript | None:
     )
 
 
+# Each script as last read, by path, with the size and time of change it was read at: every
+# submitted run looks its request up here, and reading every script again each time cost
+# more than the rest of the submission.
+_read: dict[Path, tuple[tuple[int, int], ReplayScript | None]] = {}
+
+
 def replay_scripts() -> list[ReplayScript]:
-    """Every valid script, in folder then file name order (a broken one is logged, skipped)."""
+    """Every valid script, in folder then file name order (a broken one is logged, skipped);
+    a file is read again only when its size or time of change moved."""
     scripts = []
     for folder in settings.HARNESS_REPLAY_DIRS:
         if Path(folder).is_dir():
             for path in sorted(Path(folder).glob("*.json")):
-                if (script := _load(path)) is not None:
+                if (script := _script(path)) is not None:
                     scripts.append(script)
     return scripts
+
+
+def _script(path: Path) -> ReplayScript | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    seen = (found.st_size, found.st_mtime_ns)
+    kept = _read.get(path)
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    script = _load(path)
+    _read[path] = (seen, script)
+    return script
 
 
 def replay_for(*, agent: str, workspace: str, request: str) -> ReplayScript | None:
