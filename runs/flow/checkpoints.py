@@ -127,11 +127,23 @@ def defer_transition(
     driver.pending.after.append(partial(transition_applied, run, change))
 
 
-def defer_step(driver: Driver, run: Run, name: str, data: dict[str, Any], **ended: Any) -> Step:
+def defer_step(
+    driver: Driver,
+    run: Run,
+    name: str,
+    data: dict[str, Any],
+    *,
+    first: bool = False,
+    **ended: Any,
+) -> Step:
     """A step begun and ended within one checkpoint (the intake's three, a verification
-    with nothing to check): its row and its ``stage.finished`` event go with the rest."""
+    with nothing to check): its row and its ``stage.finished`` event go with the rest.
+    ``first``: the caller knows the run has no step yet."""
     held = [row.index for row in driver.pending.rows if isinstance(row, Step)]
-    last = held[-1] if held else run.steps.aggregate(last=Max("index"))["last"] or 0
+    if held or first:
+        last = held[-1] if held else 0
+    else:
+        last = run.steps.aggregate(last=Max("index"))["last"] or 0
     status = ended.pop("status", "completed")
     now = timezone.now()
     step = Step(

@@ -66,12 +66,14 @@ def _steps_record(
     data: dict[str, Any],
     answers: dict[str, str],
 ) -> None:
-    """Intake, Classify and Extract as the run's first three steps (SPEC R4, R7)."""
+    """Intake, Classify and Extract as the run's first three steps (SPEC R4, R7); a run
+    whose intake never ran (no task yet) has no step before them."""
     defer_step(
         driver,
         run,
         "intake",
         {"request": run.request},
+        first=not run.task,
         output={"risk": data["risk"]},
         output_artifacts=["risk"],
     )

@@ -83,7 +83,9 @@ def _session_start(driver: Driver, run: Run) -> StageOutcome:
         step = step_begin(run, "synthesize", {"max_turns": run.agent.max_turns})
         data = {"state": loop.state_to_json(state), "step": step.pk, "verify_rounds": 0}
         run_fields_write(run, loop=data)
-        message_append(run=run, role="user", kind="task", content=task_text(run))
+        # The conversation's first message: a session starts once, before any other.
+        task = message_append(run=run, role="user", kind="task", content=task_text(run), after=[])
+    driver.rows, driver.current = [task], True  # the run in memory is as just written
     return NEXT
 
 
