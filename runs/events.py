@@ -42,6 +42,15 @@ def run_event_append(*, run_id: Any, type: str, payload: dict[str, Any] | None =
     return event
 
 
+def run_first_event(*, run: Run, type: str, payload: dict[str, Any]) -> RunEvent:
+    """The first event of a run inserted in the caller's transaction with its counter at 1
+    (``Run.event_seq``): number 1, without taking the counter again."""
+    assert run.event_seq == 1, "a run's first event is numbered with the run's own insert"
+    event = RunEvent.objects.create(run=run, seq=1, type=type, payload=payload)
+    transaction.on_commit(partial(event_publish, event), robust=True)
+    return event
+
+
 def _next_seq(run_id: Any) -> int | None:
     """Increment the run's counter and read it back in one statement (RETURNING: SQLite
     3.35+ and PostgreSQL), taking the row lock that orders the run's appenders."""

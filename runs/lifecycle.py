@@ -138,6 +138,12 @@ def run_dispatch(*, run_id: Any) -> None:
     the flow, which moves runs through this module."""
     # A new message: nobody has received it yet, and it was sent now (the sweeper reads both).
     Run.objects.filter(pk=run_id).update(received_by="", dispatched_at=timezone.now())
+    run_send(run_id=run_id)
+
+
+def run_send(*, run_id: Any) -> None:
+    """The message only, for a run whose row already says it was sent (a new run, whose
+    insert notes the dispatch)."""
     try:
         current_app.send_task(RUN_EXECUTE, args=[str(run_id)])
     except Exception:

@@ -22,8 +22,8 @@ from .approval_outcomes import approvals_cancel
 from .core import status as run_status
 from .core.intake import intake
 from .core.model_turns import ANTHROPIC, OFFLINE_REPLAY
-from .events import run_event_append
-from .lifecycle import run_dispatch, run_fail_idle, run_transition, steps_close
+from .events import run_event_append, run_first_event
+from .lifecycle import run_dispatch, run_fail_idle, run_send, run_transition, steps_close
 from .model_clients import model_key_set
 from .models import Run, WriteRecord
 from .replays import ReplayScript, offline_refusal, replay_for
@@ -82,6 +82,8 @@ def run_create(
     except ValueError as error:
         raise ValidationError({"request": str(error)}) from None
     with transaction.atomic():
+        # One insert says it all: the first event's number, and the dispatch that follows
+        # the commit (the sweeper reads when a run was sent).
         run = Run.objects.create(
             agent=agent,
             workspace=workspace,
@@ -92,9 +94,11 @@ def run_create(
             model_label=OFFLINE_REPLAY if script else ANTHROPIC,
             model_name=agent.model if script is None else f"replay of {script.path.name}",
             replay_script=str(script.path) if script else "",
+            event_seq=1,
+            dispatched_at=timezone.now() if dispatch else None,
         )
-        run_event_append(
-            run_id=run.pk,
+        run_first_event(
+            run=run,
             type="run.created",
             payload={
                 "agent": agent.slug,
@@ -105,7 +109,7 @@ def run_create(
             },
         )
         if dispatch:
-            transaction.on_commit(partial(run_dispatch, run_id=run.pk))
+            transaction.on_commit(partial(run_send, run_id=run.pk))
     return run
 
 
