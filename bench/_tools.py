@@ -39,6 +39,7 @@ class BenchStack(LiveStack):
     def env(self) -> dict[str, str]:
         env = super().env()
         env["HARNESS_USE_TEST_DATABASES"] = "false"
+        env["HARNESS_RUN_PROCESSES"] = str(settings.HARNESS_RUN_PROCESSES)  # serve's, not the tests
         return env
 
     def start(self, *, collectstatic: bool = False) -> BenchStack:

@@ -69,6 +69,7 @@ def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
             .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
             .update(
                 lease_owner=worker[:200],
+                received_by="",  # its message is consumed: the lease says who has the run
                 lease_token=F("lease_token") + 1,
                 lease_takeovers=Case(
                     When(lease_expires_at__isnull=False, then=F("lease_takeovers") + 1),
@@ -80,6 +81,7 @@ def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
         )
         if not claimed:
             return None
+        RECEIPTS.claimed(run_id)
         token, takeovers = (
             Run.objects.filter(pk=run_id).values_list("lease_token", "lease_takeovers").get()
         )
@@ -392,23 +394,84 @@ def workers_alive(nodes: set[str]) -> set[str]:
 
 
 def run_received(run_id: Any, node: str) -> None:
-    """A worker took the run's dispatch off the queue (Celery's ``task_received``, in the
-    worker's main process, before the task waits for a free thread): the run's message is
-    that worker's now, and the sweeper leaves the run to it while it lives."""
+    """A worker took the run's dispatch off the queue: the run's message is that worker's
+    now, and the sweeper leaves the run to it while it lives. Noted now, in this thread."""
+    runs_received([run_id], node)
+
+
+def runs_received(run_ids: list[Any], node: str) -> None:
+    """:func:`run_received` of several runs at once, in one statement."""
     try:
-        Run.objects.filter(pk=run_id, lease_expires_at__isnull=True).update(
+        Run.objects.filter(pk__in=run_ids, lease_expires_at__isnull=True).update(
             received_by=node[:200], received_at=timezone.now()
         )
-    except Exception:  # the sweeper's older rule still finds the run
-        logger.warning("Could not note that %s received run %s", node, run_id, exc_info=True)
+    except Exception:  # the sweeper's older rule still finds the runs
+        logger.warning(
+            "Could not note that %s received %s run(s)", node, len(run_ids), exc_info=True
+        )
     finally:
         if connection.vendor != "sqlite":
-            connection.close()  # the consumer's thread holds no pool connection
+            connection.close()  # the thread holds no pool connection between notes
+
+
+class _Receipts:
+    """Celery's ``task_received`` fires in the worker's consumer thread, which takes every
+    message off the queue: writing each receipt there made the whole worker wait for the
+    database (on SQLite, for its one writer, behind every run's checkpoint) between two
+    messages, and 200 runs submitted at once reached their threads seconds late. Here the
+    consumer hands the receipt over and goes on; one thread per process notes what it was
+    handed, a statement per node, a few times a second. The sweeper only acts on a receipt a
+    lease old, so a note a moment late changes nothing it decides."""
+
+    INTERVAL_SECONDS = 0.2
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, list[Any]] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def add(self, run_id: Any, node: str) -> None:
+        with self._lock:
+            self._held.setdefault(node, []).append(run_id)
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name="receipts", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def claimed(self, run_id: Any) -> None:
+        """A run claimed before its receipt was noted needs none (a note after the claim's
+        release would make the sweeper wait for a worker that let the run go)."""
+        key = str(run_id)
+        with self._lock:
+            for run_ids in self._held.values():
+                run_ids[:] = [r for r in run_ids if str(r) != key]
+
+    def flush(self) -> None:
+        with self._lock:
+            held, self._held = self._held, {}
+        for node, run_ids in held.items():
+            runs_received(run_ids, node)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            time.sleep(self.INTERVAL_SECONDS)  # what arrives meanwhile goes in one statement
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception:  # never let it die: receipts would stop for the process
+                logger.exception("Could not note the runs received")
+
+
+RECEIPTS = _Receipts()
 
 
 def run_received_signal(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
     if request is not None and request.name == RUN_EXECUTE and request.args:
-        run_received(request.args[0], request.hostname or "")
+        RECEIPTS.add(request.args[0], request.hostname or "")
 
 
 def run_queue_depth(queue: str = "") -> int | None:

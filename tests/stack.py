@@ -90,6 +90,9 @@ class LiveStack:
         env["HARNESS_USE_TEST_DATABASES"] = "true"
         env["DJANGO_SETTINGS_MODULE"] = "harness_console.settings"
         env["PYTHONUNBUFFERED"] = "1"
+        # One run worker, as serve starts on a one-core machine: the tests of killed and
+        # frozen workers say which worker holds the runs; they start others by name.
+        env["HARNESS_RUN_PROCESSES"] = "1"
         env.update(self.extra_env)
         return env
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from runs.leases import (
     KEEPER,
+    RECEIPTS,
     Heartbeat,
     lease_claim,
     lease_seconds,
@@ -32,6 +33,7 @@ from runs.models import Run
 from runs.services import run_create
 from tests.conftest import SEEDED
 from tests.helpers import FIX
+from tests.stack import wait_until
 
 pytestmark = SEEDED
 
@@ -96,11 +98,45 @@ def test_a_claimed_run_is_not_marked_received(run):
 
 def test_the_workers_signal_notes_only_run_dispatches(run):
     run_received_signal(request=SimpleNamespace(name="other.task", args=[str(run.pk)]))
+    RECEIPTS.flush()
     assert Run.objects.get(pk=run.pk).received_by == ""
     run_received_signal(
         request=SimpleNamespace(name="runs.tasks.run_execute", args=[str(run.pk)], hostname="n@h")
     )
-    assert Run.objects.get(pk=run.pk).received_by == "n@h"
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).received_by == "n@h",
+        timeout=10,
+        what="the receipt thread to note it",
+    )
+
+
+def test_receipts_are_noted_off_the_consumer_thread_in_one_statement(run, personas, agent):
+    """The consumer hands receipts over and goes on; they are noted together, and a claimed
+    run keeps none (whether the note comes before the claim or after it)."""
+    others = [
+        run_create(
+            agent=agent,
+            workspace=run.workspace,
+            requester=personas.operator,
+            request=run.request,
+            dispatch=False,
+        )
+        for _ in range(3)
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        for each in [run, *others]:
+            run_received_signal(
+                request=SimpleNamespace(
+                    name="runs.tasks.run_execute", args=[str(each.pk)], hostname="n@h"
+                )
+            )
+    assert len(queries) == 0  # nothing written in the consumer's thread
+    lease_claim(run_id=others[0].pk, worker="n@h:1")
+    RECEIPTS.flush()
+    found = dict(
+        Run.objects.filter(pk__in=[r.pk for r in [run, *others]]).values_list("pk", "received_by")
+    )
+    assert [found[r.pk] for r in [run, *others]] == ["n@h", "", "n@h", "n@h"]
 
 
 def test_the_queue_depth_is_read_from_the_real_broker():

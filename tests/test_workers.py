@@ -187,7 +187,8 @@ def restored_worker(live_stack):
 
 @EVERYWHERE
 @pytest.mark.usefixtures("seeded")
-def test_the_live_workers_are_the_ones_serve_starts(live_stack):
+def test_the_live_workers_are_the_ones_serve_starts(live_stack, settings):
+    settings.HARNESS_RUN_PROCESSES = 1  # the live stack's (tests/stack.py)
     argv = commands(host="127.0.0.1", port=live_stack.port)
     assert set(live_stack.processes) == set(argv)
     assert f"concurrency: {settings.HARNESS_RUN_THREADS} (thread)" in live_stack.log("worker")
