@@ -1,20 +1,23 @@
 """A stamp that changes whenever anything a tool call is decided by changes (SPEC P3–P7).
 
 A worker driving a run keeps the run's policy, rules, tool definitions, hook bindings and
-grants in memory for the claim instead of reading them again before every tool call; it
-reads this stamp instead (one cache read: the cache is every process's, web and workers),
-and reads the rows again when it moved. The stamp moves once the change is committed, so
-a worker that sees the new stamp also sees the new rows. It is a random token, not a
-counter: a cache that lost it (evicted, flushed) gives a stamp no worker holds, and every
-worker reads its rows again, which is the safe side.
+grants in memory instead of reading them again before every tool call; it reads this stamp
+instead (one cache read: the cache is every process's, web and workers; one ``stat`` of a
+file on the embedded default), and reads the rows again when it moved. The stamp moves
+once the change is committed, so a worker that sees the new stamp also sees the new rows.
+It is a random token, not a counter: a cache that lost it (evicted, flushed) gives a stamp
+no worker holds, and every worker reads its rows again, which is the safe side.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
@@ -38,8 +41,15 @@ MODELS = (
 
 
 def config_stamp() -> str:
-    """The stamp now: created when the cache has none; a stamp nobody holds when the cache
-    cannot be read (the rows are read again: the safe side)."""
+    """The stamp now: created when there is none; a stamp nobody holds when it cannot be
+    read (the rows are read again: the safe side).
+
+    In production it is a key of the cache every machine shares. The embedded default is
+    one machine whose processes share its var folder: there the stamp is the identity of a
+    file in it, read with one ``stat`` (the file cache's read, open and unpickle cost a
+    tool call more than its decision did)."""
+    if settings.EMBEDDED:
+        return _file_stamp()
     try:
         stamp = cache.get(KEY)
         if stamp is None:
@@ -54,7 +64,41 @@ def config_stamp() -> str:
 def config_changed() -> None:
     """Move the stamp once the current transaction commits (at once outside one). Call
     after a bulk ``update()`` of a model in MODELS, which sends no signal."""
-    transaction.on_commit(lambda: cache.set(KEY, uuid.uuid4().hex, STAMP_SECONDS), robust=True)
+    transaction.on_commit(_stamp_moved, robust=True)
+
+
+def _stamp_moved() -> None:
+    if settings.EMBEDDED:
+        _file_replaced()
+    else:
+        cache.set(KEY, uuid.uuid4().hex, STAMP_SECONDS)
+
+
+def stamp_path() -> Path:
+    return Path(settings.VAR_DIR) / "decision-config.stamp"
+
+
+def _file_stamp() -> str:
+    """The file's inode and time of change: a move replaces the file (a new inode, a new
+    time), so no two stamps of one file are the same."""
+    try:
+        try:
+            found = os.stat(stamp_path())
+        except FileNotFoundError:
+            _file_replaced()
+            found = os.stat(stamp_path())
+    except OSError:
+        logger.warning("Could not read the decision config stamp", exc_info=True)
+        return uuid.uuid4().hex
+    return f"{found.st_ino}-{found.st_mtime_ns}"
+
+
+def _file_replaced() -> None:
+    """A new file in the stamp's place, written aside and renamed over it (atomic)."""
+    path = stamp_path()
+    aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}")
+    aside.write_text(uuid.uuid4().hex)
+    os.replace(aside, path)
 
 
 def config_row_changed(sender: Any, **kwargs: Any) -> None:

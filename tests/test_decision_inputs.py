@@ -109,18 +109,37 @@ def test_a_process_reads_the_rows_once_while_the_stamp_holds(agent):
     assert len(after) >= 2
 
 
-def test_a_stamp_the_cache_cannot_give_is_never_one_a_process_holds(agent, monkeypatch):
-    """A cache that cannot be read gives a fresh stamp each time: the rows are read again
-    (the safe side), never served from what a process kept."""
+def test_a_stamp_that_cannot_be_read_is_never_one_a_process_holds(agent, monkeypatch, settings):
+    """A stamp whose store cannot be read (the cache down; the embedded default's file in a
+    folder that is not there) is a fresh one each time: the rows are read again (the safe
+    side), never served from what a process kept."""
+    from pathlib import Path
+
     from django.core.cache import cache
+
+    from policies import config_stamp as stamps
 
     def down(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("the cache is down")
 
     monkeypatch.setattr(cache, "get", down)
+    monkeypatch.setattr(stamps, "stamp_path", lambda: Path("/proc/no-such-folder/stamp"))
     one, two = config_stamp(), config_stamp()
     assert one != two
     decision_policy(agent, one)
     with CaptureQueriesContext(connection) as queries:
         decision_policy(agent, two)
     assert len(queries) >= 2
+
+
+def test_the_embedded_stamp_moves_with_every_change_and_only_then(settings):
+    """One machine's processes share the var folder: its stamp file is replaced at each
+    change, so every process's next look sees a stamp none of them held."""
+    if not settings.EMBEDDED:
+        pytest.skip("production's stamp is the shared cache's (the tests above)")
+    seen = {config_stamp() for _ in range(3)}
+    assert len(seen) == 1
+    for _ in range(5):
+        config_changed()
+        seen.add(config_stamp())
+    assert len(seen) == 6
