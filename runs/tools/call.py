@@ -267,7 +267,20 @@ def _builtin(
         context=context,
     )
     reply = tool_reply_transformed(reply, transform)
-    if final.holds(record, reply):  # nothing for the files: all in the fence's statements
+    return _recorded(record, reply, definition, workspace, drafts, final)
+
+
+def _recorded(
+    record: ToolCall,
+    reply: dict[str, Any],
+    definition: ToolDefinition,
+    workspace: Workspace,
+    drafts: Any,
+    final: _Final,
+) -> ToolCall:
+    """A built-in call's result: with nothing for the files, handed to the fence's one
+    checkpoint; else its effects applied and recorded under the fence, after its check."""
+    if final.holds(record, reply):
         assert final.defer is not None
         record = tool_call_record(record, reply, insert=final.defer)
         final.held(record)
