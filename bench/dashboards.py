@@ -10,7 +10,8 @@ For each size (cumulative: the history grows to the next size), ``generate_histo
 function writes the runs (10 agents, 3 workspaces, 30 days: 900 rollup cells), plus live
 work (runs planning, running, waiting for approval, some stuck); on PostgreSQL the tables
 are analyzed, as autovacuum would soon do. Then each page is requested through Django's
-test client in this process (middleware, queries, template, Plotly figures; no network):
+test client in this process (middleware, queries, template, Plotly figures; no network;
+the retrospective with ``inline=1``, its page and the charts its browser fetches, in one):
 5 warm-ups, then ``--samples`` timed requests, with the queries of one request. The
 baseline is what the 30-day figures cost without rollups: rebuilding the window's cells
 from the raw rows (``runs.observability.rollups.cells_from_raw``, the reconciliation's
@@ -56,9 +57,9 @@ from tests.conftest import prices_seed
 GOAL_RETRO_30 = 0.300
 PAGES = (
     ("ops", "/dashboards/ops/"),
-    ("retro 7 days", "/dashboards/retro/?days=7"),
-    ("retro 30 days", "/dashboards/retro/?days=30"),
-    ("retro 30 days, one agent", "/dashboards/retro/?days=30&agent=agent-3"),
+    ("retro 7 days", "/dashboards/retro/?days=7&inline=1"),
+    ("retro 30 days", "/dashboards/retro/?days=30&inline=1"),
+    ("retro 30 days, one agent", "/dashboards/retro/?days=30&agent=agent-3&inline=1"),
 )
 
 

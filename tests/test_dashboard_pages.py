@@ -60,6 +60,17 @@ def get(client, url: str, expect: int = 200, **params) -> str:
     return response.content.decode()
 
 
+def retro_shown(client, expect: int = 200, **params) -> str:
+    """The retrospective as a browser shows it: the page, then the charts it fetches from
+    the address it names (``data-charts-url``, preloaded by its head)."""
+    page = get(client, reverse("dashboards:retro"), expect, **params)
+    if expect != 200:
+        return page
+    url = html.unescape(re.search(r'data-charts-url="([^"]+)"', page).group(1))
+    assert f'<link rel="preload" href="{html.escape(url)}" as="fetch" crossorigin>' in page
+    return page + get(client, url)
+
+
 def figures(page: str) -> dict[str, dict]:
     return {key: json.loads(text) for key, text in FIGURE.findall(page)}
 
@@ -141,6 +152,51 @@ def test_an_anonymous_visitor_is_sent_to_log_in(client, name):
     assert response.status_code == 302 and "/login/" in response["Location"]
 
 
+@pytest.mark.parametrize("params", [{"part": "charts"}, {"inline": "1"}])
+@pytest.mark.parametrize("who,status", [("ops", 200), ("operator", 403), ("anonymous", 302)])
+def test_the_retrospective_s_charts_are_held_as_the_page_is(client, personas, params, who, status):
+    if who != "anonymous":
+        client.force_login(getattr(personas, who))
+    response = client.get(reverse("dashboards:retro"), params)
+    assert response.status_code == status
+    if status == 302:
+        assert "/login/" in response["Location"]
+
+
+def test_the_retrospective_page_names_its_charts_and_the_charts_are_theirs_alone(
+    client, personas, history, agent
+):
+    """The page carries the filters and where its charts are, not the figures (read while
+    the browser starts plotly.js); the charts part carries the figures without the page
+    around them; ``inline=1`` is both in one page, for a browser without scripts."""
+    client.force_login(personas.ops)
+    page = get(client, reverse("dashboards:retro"), days="30", agent=agent.slug)
+    assert figures(page) == {} and 'id="retro-filters"' in page
+    charts = re.search(r'data-charts-url="([^"]+)"', page).group(1)
+    inline = re.search(r'<noscript><p><a href="([^"]+)">', page).group(1)
+    assert parse_qs(urlsplit(html.unescape(charts)).query) == {
+        "days": ["30"],
+        "agent": [agent.slug],
+        "part": ["charts"],
+    }
+    assert parse_qs(urlsplit(html.unescape(inline)).query) == {
+        "days": ["30"],
+        "agent": [agent.slug],
+        "inline": ["1"],
+    }
+    part = get(client, html.unescape(charts))
+    assert "runs-per-day" in figures(part) and "<html" not in part and "retro-filters" not in part
+    whole = get(client, html.unescape(inline))
+    assert figures(whole) == figures(part) and 'id="retro-filters"' in whole
+    assert "data-charts-url" not in whole
+
+
+def test_a_bad_query_for_the_charts_is_the_page_s_clear_400(client, personas):
+    client.force_login(personas.ops)
+    page = get(client, reverse("dashboards:retro"), expect=400, days="9", part="charts")
+    assert "Choose a window of 7 or 30 days" in page
+
+
 def test_the_dashboards_home_is_the_operations_dashboard(client, personas):
     client.force_login(personas.ops)
     home = get(client, reverse("dashboards"))
@@ -152,14 +208,14 @@ def test_the_dashboards_home_is_the_operations_dashboard(client, personas):
 @pytest.mark.parametrize("days", ["7", "30"])
 def test_the_window_is_the_last_7_or_30_days(client, personas, history, days):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days=days)
+    page = retro_shown(client, days=days)
     x = figures(page)["runs-per-day"]["data"][0]["x"]
     assert len(x) == int(days) and x[-1] == day_of(timezone.now()).isoformat()
 
 
 def test_the_window_is_7_days_by_default(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"))
+    page = retro_shown(client)
     assert len(figures(page)["runs-per-day"]["data"][0]["x"]) == 7
     assert '<option value="7" selected>' in page
 
@@ -167,7 +223,7 @@ def test_the_window_is_7_days_by_default(client, personas, history):
 @pytest.mark.parametrize("days", ["5", "junk", "7.0", "-7", "300", "30 days"])
 def test_any_other_window_is_a_clear_400(client, personas, days):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), expect=400, days=days)
+    page = retro_shown(client, expect=400, days=days)
     assert "Choose a window of 7 or 30 days" in page
     assert 'id="retro-filters"' in page and "js-plotly-plot" not in page
 
@@ -175,14 +231,14 @@ def test_any_other_window_is_a_clear_400(client, personas, days):
 @pytest.mark.parametrize("name", ["agent", "workspace"])
 def test_an_unknown_agent_or_workspace_is_a_clear_400(client, personas, agent, workspace, name):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), expect=400, **{name: "nobody"})
+    page = retro_shown(client, expect=400, **{name: "nobody"})
     assert f"Unknown {name} &#x27;nobody&#x27;." in page
     assert 'type="application/json"' not in page
 
 
 def test_an_empty_window_says_no_runs_finished(client, personas, agent, workspace):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     assert "No runs finished in this window." in page
     assert figures(page) == {}
 
@@ -190,7 +246,7 @@ def test_an_empty_window_says_no_runs_finished(client, personas, agent, workspac
 # --- the retrospective: its figures ----------------------------------------------------------
 def test_the_retrospective_shows_every_figure_of_retro_figures(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     retro = retro_figures(days=30)
     shown = figures(page)
     assert list(shown) == list(CHARTS)  # one chart per figure
@@ -231,7 +287,7 @@ def test_the_retrospective_shows_every_figure_of_retro_figures(client, personas,
 
 def test_the_headline_shows_the_window_totals(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     totals = retro_figures(days=30).totals
 
     def headline(key: str) -> str:
@@ -275,7 +331,7 @@ def test_the_cost_headline_says_how_many_calls_were_estimated_or_unpriced(
         )
     rollups_reconcile([day_of(timezone.now())])
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"))
+    page = retro_shown(client)
     cost = re.search(r'data-headline="cost">(.*?)</div>\s*</div>', page, re.S).group(1)
     priced = sum(1 for b in bases if b != "unpriced")
     assert usd(Decimal("0.0042") * priced) in cost
@@ -288,9 +344,7 @@ def test_the_filters_narrow_every_figure_to_an_agent_and_a_workspace(
     client, personas, history, second_agent, workspace
 ):
     client.force_login(personas.ops)
-    page = get(
-        client, reverse("dashboards:retro"), days="30", agent="reviewer", workspace=workspace.slug
-    )
+    page = retro_shown(client, days="30", agent="reviewer", workspace=workspace.slug)
     retro = retro_figures(days=30, agent_id=second_agent.pk, workspace_id=workspace.pk)
     runs = {t["name"]: t["y"] for t in traces(figures(page)["runs-per-day"])}
     assert runs["Failed"] == retro.runs["failed"]
@@ -307,7 +361,7 @@ def test_changes_of_policy_and_instructions_are_marked_on_the_time_axes(
 ):
     InstructionVersion.objects.create(agent=agent, version=99, text="Be brief.", note="shorter")
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="7")
+    page = retro_shown(client, days="7")
     changes = retro_figures(days=7).changes
     assert any(c["label"] == "tester instructions v99" for c in changes)
     for key in ("runs-per-day", "cost-per-day", "run-duration"):
@@ -327,7 +381,7 @@ def test_every_figure_is_valid_for_plotly_and_drawn_by_the_vendored_bundle(
     and each trace is of a type the vendored partial plotly.js draws."""
     InstructionVersion.objects.create(agent=agent, version=98, text="Be brief.", note="shorter")
     client.force_login(personas.ops)
-    for url in (reverse("dashboards:retro") + "?days=30", reverse("dashboards:ops")):
+    for url in (reverse("dashboards:retro") + "?days=30&part=charts", reverse("dashboards:ops")):
         found = figures(client.get(url).content.decode())
         assert found, url
         for figure in found.values():
@@ -337,7 +391,7 @@ def test_every_figure_is_valid_for_plotly_and_drawn_by_the_vendored_bundle(
 # --- every chart links to its runs -----------------------------------------------------------
 def test_every_point_of_every_chart_carries_the_address_of_its_runs(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     for key, figure in figures(page).items():
         for trace in traces(figure):
             assert len(trace["customdata"]) == len(trace["x"]), (key, trace["name"])
@@ -349,7 +403,7 @@ def test_every_point_of_every_chart_carries_the_address_of_its_runs(client, pers
 
 def test_a_days_bar_lists_exactly_the_runs_it_counts(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     retro = retro_figures(days=30)
     busiest = max(range(30), key=lambda i: retro.runs["failed"][i])
     day = retro.days[busiest].isoformat()
@@ -365,7 +419,7 @@ def test_a_days_bar_lists_exactly_the_runs_it_counts(client, personas, history):
 
 def test_the_top_failure_reason_lists_exactly_its_runs(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     kind, _label, count = retro_figures(days=30).failures[0]
     url = figures(page)["failure-reasons"]["data"][0]["customdata"][0]
     assert parse_qs(urlsplit(url).query)["failure_kind"] == [kind]
@@ -376,7 +430,7 @@ def test_the_top_failure_reason_lists_exactly_its_runs(client, personas, history
 
 def test_a_tools_errors_link_lists_the_runs_with_an_error_of_that_tool(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     retro = retro_figures(days=30)
     worst = retro.tools[0]
     assert worst["errors"] > 0
@@ -395,7 +449,7 @@ def test_a_tools_errors_link_lists_the_runs_with_an_error_of_that_tool(client, p
 
 def test_the_other_charts_links_list_their_runs(client, personas, history):
     client.force_login(personas.ops)
-    page = get(client, reverse("dashboards:retro"), days="30")
+    page = retro_shown(client, days="30")
     retro = retro_figures(days=30)
     shown = figures(page)
     escapes = traces(shown["escape-rate"])[0]["customdata"]

@@ -84,6 +84,7 @@ def test_every_chart_of_the_console_draws_with_the_vendored_bundle(
     for path, at_least in pages.items():
         page.goto(f"{live_stack.url}{path}")
         figures = page.locator('script[type="application/json"][id$="-figure"]')
+        expect(figures.nth(at_least - 1)).to_be_attached()  # the retrospective's come after
         assert figures.count() >= at_least, path
         expect(page.locator(".js-plotly-plot")).to_have_count(figures.count())
         charts = page.evaluate(UNREGISTERED_JS)

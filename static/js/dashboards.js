@@ -135,7 +135,30 @@
     setInterval(schedule, POLL_MS);
   }
 
+  // The retrospective's charts: fetched from the address the page names (its head has
+  // already asked for it, beside plotly.js), put in place and drawn.
+  function retroPage(box) {
+    fetch(box.dataset.chartsUrl, {credentials: "same-origin"}).then(function (response) {
+      if (!response.ok || response.redirected) throw new Error("status " + response.status);
+      return response.text();
+    }).then(function (html) {
+      box.innerHTML = html;
+      box.removeAttribute("aria-busy");
+      drawCharts(box);
+    }).catch(function () {
+      var said = document.getElementById("retro-loading");
+      if (said) {
+        said.textContent = "The figures could not be read; reload the page to try again.";
+        said.className = "error";
+        said.setAttribute("role", "alert");
+      }
+      box.removeAttribute("aria-busy");
+    });
+  }
+
   function start() {
+    var retro = document.getElementById("retro-charts");
+    if (retro && retro.dataset.chartsUrl) retroPage(retro);
     drawCharts(document);
     var box = document.getElementById("ops-live");
     if (box) opsPage(box);
