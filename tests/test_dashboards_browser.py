@@ -76,6 +76,19 @@ def test_the_retrospective_draws_every_chart_and_its_links_open_their_runs(
     assert errors == []
 
 
+def test_the_retrospective_says_when_its_figures_cannot_be_read(live_stack, page, client, personas):
+    """The charts come in a request of their own: when it fails, the page says so in
+    place of the charts, instead of waiting for ever."""
+    login(page, live_stack, client, personas.ops)
+    page.route("**/dashboards/retro/?*part=charts*", lambda route: route.fulfill(status=500))
+    page.goto(f"{live_stack.url}/dashboards/retro/?days=7")
+    said = page.locator("#retro-loading")
+    expect(said).to_have_text("The figures could not be read; reload the page to try again.")
+    expect(said).to_have_attribute("role", "alert")
+    expect(page.locator("#retro-charts")).not_to_have_attribute("aria-busy", "true")
+    expect(page.locator(".js-plotly-plot")).to_have_count(0)
+
+
 @pytest.mark.usefixtures("seeded")
 def test_the_ops_dashboard_follows_a_run_live_without_a_reload(
     live_stack, page, client, personas, agent, workspace, docs
