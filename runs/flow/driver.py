@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
+from ..connections import connection_return
 from ..core import status as run_status
 from ..leases import CLAIMABLE, Heartbeat, LeaseLost, lease_claim, lease_release
 from ..models import Run
@@ -67,6 +68,7 @@ def run_drive(*, run_id: Any, worker: str) -> None:
             driver = Driver(lease=lease, beat=beat)
             for _ in range(MAX_UNITS_PER_CLAIM):
                 outcome = _advance(driver)
+                connection_return()  # between steps, the other runs' and the keeper's
                 if not isinstance(outcome, Next):
                     break
             pending_flush(driver)  # a stage that stopped with writes held: they are the run's

@@ -49,6 +49,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ..connections import connection_return
 from .supervisors import SERVER_LOST, ServerFailed, _Spawned, _Supervisor, fork_server
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def tool_in_flight(stop: Callable[[], None] | None = None) -> Iterator[Flight]:
     are being stopped already."""
     run_id = _RUN.get()
     flight = Flight() if stop is None else Flight(stop=stop)
+    connection_return()  # the tool's seconds are not the pool's
     with _LOCK:
         if run_id is not None and run_id in _STOPPING:
             raise Stopped(_STOPPING[run_id])
