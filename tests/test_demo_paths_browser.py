@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.core.management import call_command
@@ -113,13 +114,17 @@ def status(page: Page, value: str, *, ready: Callable[[Run], bool] = lambda run:
     now, says so. Opened afresh: this file holds the examples' paths; following a run live
     is test_live_browser's."""
     run = run_shown(page)
+    where = urlsplit(page.url)
+    run_url = f"{where.scheme}://{where.netloc}/runs/{run.pk}/"
 
     def reached() -> bool:
         current = off_loop(Run.objects.get, pk=run.pk)
         return current.status == value and off_loop(ready, run=current)
 
     wait_until(reached, timeout=SLOW / 1000, what=f"the run to be {value}")
-    page.reload()
+    # A new navigation, not a reload: the page may still be on its way back from the form
+    # just posted (a decision's redirect), and a reload then has no page to reload.
+    page.goto(run_url)
     expect(page.locator("#run-status")).to_have_text(value)
 
 
