@@ -9,7 +9,6 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -41,6 +40,7 @@ from .run_filters import (
     run_filters_read,
     runs_filtered,
 )
+from .run_pages import run_page
 from .selectors import run_get_for_user
 from .services import (
     MAX_REQUEST_CHARS,
@@ -53,7 +53,6 @@ from .services import (
 )
 from .tools.rollback import RollbackRefused
 
-PAGE_SIZE = 50
 TIMELINE_LIMIT = 1000
 
 
@@ -97,12 +96,11 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     }
     runs = Run.objects.select_related("agent", "workspace", "requester")
     try:
-        runs = runs_filtered(runs, filters)
+        context["page"] = run_page(runs_filtered(runs, filters), request.GET)
     except BadFilter as error:
         context["error"] = str(error)
         context["described"] = []  # a filter that was refused selects nothing to describe
         return render(request, "runs/list.html", context, status=400)
-    context["page"] = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     context["query"] = run_filters_query(filters)
     template = "runs/list_table.html" if request.htmx else "runs/list.html"
     return render(request, template, context)
