@@ -32,6 +32,7 @@ from .model_clients import model_key_set
 from .models import Run, SessionGrant
 from .observability.turns import turn_table, turns_figure
 from .replays import replay_scripts
+from .run_columns import extra_columns, runs_with_columns
 from .run_filters import (
     SELECTS,
     BadFilter,
@@ -94,14 +95,15 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "described": run_filters_described(filters),
         "can_submit": may_submit_runs(request.user),
     }
-    runs = Run.objects.select_related("agent", "workspace", "requester")
     try:
-        context["page"] = run_page(runs_filtered(runs, filters), request.GET)
+        runs = runs_with_columns(runs_filtered(Run.objects.all(), filters), filters)
+        context["page"] = run_page(runs, request.GET)
     except BadFilter as error:
         context["error"] = str(error)
         context["described"] = []  # a filter that was refused selects nothing to describe
         return render(request, "runs/list.html", context, status=400)
     context["query"] = run_filters_query(filters)
+    context["extra"] = extra_columns(filters)
     template = "runs/list_table.html" if request.htmx else "runs/list.html"
     return render(request, template, context)
 

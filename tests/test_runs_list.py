@@ -1,14 +1,21 @@
 """The runs list you can find runs in (issue 19 point 1): keyset pages in both directions,
-with ties on created_at, and a clear 400 for a cursor the list did not make."""
+with ties on created_at, and a clear 400 for a cursor the list did not make; the columns
+that tell runs apart, the flags of what the harness refused, and the column a chart's
+link is about."""
 
 from __future__ import annotations
 
 import re
+import uuid
+from datetime import timedelta
+from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs.models import Run
+from runs.models import ModelCall, Run, ToolCall
 from runs.run_pages import PAGE_SIZE, cursor_of
 from runs.services import run_create
 from tests.conftest import EVERYWHERE
@@ -172,3 +179,88 @@ def test_below_the_cap_the_count_is_exact(client, personas, agent, workspace):
     client.force_login(personas.ops)
     page = get(client)
     assert 'data-total="3"' in page and "data-capped" not in page and "3 runs" in page
+
+
+# --- the columns ---------------------------------------------------------------------------
+def test_identical_requests_are_told_apart_and_each_shows_its_figures(
+    client, personas, agent, workspace
+):
+    runs = make_runs(personas, agent, workspace, 5)
+    done = runs[0]
+    started = done.created_at
+    Run.objects.filter(pk=done.pk).update(
+        status="completed", finished_at=started + timedelta(seconds=4), cost_usd=Decimal("0.35")
+    )
+    for turn in (1, 2, 3):
+        ModelCall.objects.create(run=done, turn=turn, label="x", model="m", stop_reason="end")
+    client.force_login(personas.ops)
+    with CaptureQueriesContext(connection) as queries:
+        page = get(client)
+    row = re.search(rf'<tr data-run="{done.pk}">(.*?)</tr>', page, re.S).group(1)
+    assert str(done.pk)[:8] in row and "$0.35" in row and "4.0 s" in row
+    assert '<td class="run-turns">3</td>' in row
+    assert len({str(r.pk)[:8] for r in runs}) == 5
+    for run in runs:
+        assert f">{str(run.pk)[:8]}</code>" in page
+    # One query for the page's rows, whatever their child rows: no N+1.
+    selects = [q["sql"] for q in queries.captured_queries if "runs_modelcall" in q["sql"]]
+    assert len(selects) == 1
+
+
+def test_a_run_with_refused_actions_is_flagged_even_when_completed(
+    client, personas, agent, workspace
+):
+    flagged, plain = make_runs(personas, agent, workspace, 2, status="completed")
+    for tool in ("publish", "deleteFile"):
+        refused_call(flagged, tool)
+    ToolCall.objects.create(
+        run=plain, workspace=workspace, tool="readSource", decision="allow", status="ok"
+    )
+    client.force_login(personas.ops)
+    page = get(client)
+    assert 'data-refused="2"' in page and "2 refused" in page
+    assert 'data-refused="1"' not in page  # the plain run has no flag
+
+
+def refused_call(run: Run, tool: str, reason: str = "deny: outside the task's boundaries"):
+    return ToolCall.objects.create(
+        run=run,
+        workspace=run.workspace,
+        tool=tool,
+        tool_use_id=uuid.uuid4().hex,
+        decision="deny",
+        rule="task-boundary",
+        reason=reason,
+        status="refused",
+    )
+
+
+def test_a_list_from_a_chart_shows_the_column_the_chart_is_about(
+    client, personas, agent, workspace
+):
+    (failed,) = make_runs(
+        personas,
+        agent,
+        workspace,
+        1,
+        status="failed",
+        failure_kind="max_turns",
+        failure_reason="max_turns reached after 50 turns",
+        finished_at=timezone.now(),
+    )
+    ModelCall.objects.create(run=failed, turn=1, label="x", model="claude-x", stop_reason="e")
+    ToolCall.objects.create(
+        run=failed, workspace=workspace, tool="shell", decision="allow", status="error"
+    )
+    client.force_login(personas.ops)
+    plain = get(client)
+    assert "<th>Failure</th>" not in plain and "run-cost-lead" not in plain
+    by_kind = get(client, status="failed", failure_kind="max_turns")
+    assert "<th>Failure</th>" in by_kind and "max_turns reached after 50 turns" in by_kind
+    assert "Turn limit reached" in by_kind
+    assert 'class="run-cost run-cost-lead"' in get(client, model="claude-x")
+    by_tool = get(client, tool="shell", tool_status="error")
+    assert "<th>shell calls</th>" in by_tool
+    assert re.search(
+        r'run-tool-status"><span class="status status-error">error</span> · 1 call<', by_tool
+    )
