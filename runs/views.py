@@ -31,6 +31,7 @@ from .grants import grant_revoke
 from .model_clients import model_key_set
 from .models import Run, SessionGrant
 from .observability.turns import turn_table, turns_figure
+from .refusals import run_refusals
 from .replays import replay_scripts
 from .run_columns import extra_columns, runs_with_columns
 from .run_filters import (
@@ -183,6 +184,7 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "pending": [a for a in approvals if a.is_pending],
         "steps": run.steps.order_by("index"),
         "tool_calls": run.tool_calls.select_related("approved_by").order_by("started_at"),
+        "refusals": run_refusals(run),
         **_turns(run),
         "grants": run.grants.select_related("granted_by", "revoked_by"),
         "can_decide": may_decide(user) and not is_requester,

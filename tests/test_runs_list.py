@@ -1,25 +1,29 @@
 """The runs list you can find runs in (issue 19 point 1): keyset pages in both directions,
 with ties on created_at, and a clear 400 for a cursor the list did not make; the columns
 that tell runs apart, the flags of what the harness refused, and the column a chart's
-link is about."""
+link is about; what was refused, on the run's page and the operations dashboard."""
 
 from __future__ import annotations
 
+import io
 import re
 import uuid
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
+from policies.models import Agent, Workspace
 from runs.models import ModelCall, Run, ToolCall
 from runs.run_pages import PAGE_SIZE, cursor_of
 from runs.services import run_create
 from tests.conftest import EVERYWHERE
-from tests.helpers import FIX
+from tests.helpers import FIX, drive
 
 pytestmark = EVERYWHERE
 
@@ -220,6 +224,10 @@ def test_a_run_with_refused_actions_is_flagged_even_when_completed(
     page = get(client)
     assert 'data-refused="2"' in page and "2 refused" in page
     assert 'data-refused="1"' not in page  # the plain run has no flag
+    only = get(client, refused="1")
+    assert shown(only) == [str(flagged.pk)] and total(only) == 1
+    assert "had an action refused by the harness" in only
+    assert "Unknown refused filter" in get(client, expect=400, refused="yes")
 
 
 def refused_call(run: Run, tool: str, reason: str = "deny: outside the task's boundaries"):
@@ -264,3 +272,58 @@ def test_a_list_from_a_chart_shows_the_column_the_chart_is_about(
     assert re.search(
         r'run-tool-status"><span class="status status-error">error</span> · 1 call<', by_tool
     )
+
+
+# --- the refusal on the run's page and the dashboard ----------------------------------------
+def test_the_run_page_says_what_was_refused_at_its_top(client, personas, agent, workspace):
+    (run,) = make_runs(personas, agent, workspace, 1, status="completed")
+    refused_call(run, "publish", "deny: publish is outside this task's boundaries")
+    refused_call(run, "deleteFile", "Bad input for deleteFile: path is required.")
+    client.force_login(personas.ops)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    banner = re.search(r'<div class="refusal-banner".*?</div>', page, re.S).group(0)
+    assert "2 actions refused:" in banner
+    assert "<code>publish</code> — publish is outside this task&#x27;s boundaries" in banner
+    assert "<code>deleteFile</code> — Bad input for deleteFile" in banner
+    assert page.index("refusal-banner") < page.index("<h2>Request</h2>")
+
+
+def test_a_run_without_refusals_has_no_banner(client, personas, run):
+    client.force_login(personas.ops)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "refusal-banner" not in page
+
+
+def test_the_operations_dashboard_lists_recent_refusals(client, personas, agent, workspace):
+    (run,) = make_runs(personas, agent, workspace, 1, status="completed")
+    refused_call(run, "publish")
+    client.force_login(personas.ops)
+    page = client.get(reverse("dashboards")).content.decode()
+    section = re.search(r'<section class="card" id="ops-refusals">.*?</section>', page, re.S)
+    assert section and f'data-run="{run.pk}"' in section.group(0)
+    assert "<code>publish</code>" in section.group(0)
+    assert 'href="/runs/?refused=1"' in section.group(0)
+
+
+@pytest.mark.usefixtures("seeded")
+def test_the_demo_injection_is_not_a_plain_completed_run(client, personas, tmp_path, settings):
+    """The demo's prompt injection: the run completes, its publish refused; the list flags
+    it and its page says what was refused and why."""
+    settings.VAR_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    run = run_create(
+        agent=Agent.objects.get(slug="docs-assistant"),
+        workspace=Workspace.objects.get(slug="demo"),
+        requester=personas.operator,
+        request="Summarize docs/release-notes.md for the team.",
+        dispatch=False,
+    )
+    run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    client.force_login(personas.ops)
+    row = re.search(rf'<tr data-run="{run.pk}">(.*?)</tr>', get(client), re.S).group(1)
+    assert "1 refused" in row and "status-completed" in row
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    banner = re.search(r'<div class="refusal-banner".*?</div>', page, re.S).group(0)
+    assert "1 action refused:" in banner and "<code>publish</code> — " in banner
+    assert "outside this task" in banner
