@@ -27,6 +27,7 @@ from .models import ModelCall, ToolCall
 from .observability.core import rollup
 from .observability.rollups import day_bounds
 from .refusals import runs_refused
+from .run_search import BadSearch, runs_searched, search_words
 
 # In the order they appear in a list's address (and its pager's links).
 FIELDS = (
@@ -45,9 +46,12 @@ FIELDS = (
     "verification",
     "evals",
     "refused",
+    "q",
 )
 # The filters the list's form shows as selects; the others ride along as hidden fields.
 SELECTS = ("status", "agent", "workspace", "requester", "evals")
+# What the form shows: its selects and the search box.
+SHOWN = (*SELECTS, "q")
 # The eval set's runs: left out unless asked for (or an eval agent or workspace is named).
 EVALS = ("include", "only")
 DAY_FIELDS = ("finished", "finished_from", "finished_to")
@@ -112,6 +116,11 @@ def run_filters_check(filters: Mapping[str, str]) -> dict[str, date]:
     _one_of(filters, "verification", VERIFICATIONS, "verification result")
     _one_of(filters, "evals", EVALS, "evals choice")
     _one_of(filters, "refused", REFUSED, "refused filter")
+    if query := filters.get("q"):
+        try:
+            search_words(query)
+        except BadSearch as error:
+            raise BadFilter(str(error)) from None
     for name in ("agent", "workspace", "requester", "model", "tool"):
         if len(filters.get(name, "")) > MAX_NAME:
             raise BadFilter(f"{name} is too long to be a name ({MAX_NAME} characters at most).")
@@ -187,6 +196,8 @@ def runs_filtered(runs: EvalTraffic, filters: Mapping[str, str]) -> EvalTraffic:
         runs = runs.filter(Exists(decided))
     if filters.get("refused"):
         runs = runs_refused(runs)
+    if query := filters.get("q"):
+        runs = runs_searched(runs, query)
     return runs
 
 

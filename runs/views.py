@@ -35,7 +35,7 @@ from .refusals import run_refusals
 from .replays import replay_scripts
 from .run_columns import extra_columns, runs_with_columns
 from .run_filters import (
-    SELECTS,
+    SHOWN,
     BadFilter,
     run_filters_described,
     run_filters_query,
@@ -92,7 +92,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "agents": _listed(Agent.objects.order_by("name"), filters, "agent"),
         "workspaces": _listed(Workspace.objects.order_by("name"), filters, "workspace"),
         "requesters": _requesters(filters),
-        "hidden": [(k, v) for k, v in filters.items() if v and k not in SELECTS],
+        "hidden": [(k, v) for k, v in filters.items() if v and k not in SHOWN],
         "described": run_filters_described(filters),
         "can_submit": may_submit_runs(request.user),
     }

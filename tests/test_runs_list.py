@@ -1,7 +1,8 @@
 """The runs list you can find runs in (issue 19 point 1): keyset pages in both directions,
 with ties on created_at, and a clear 400 for a cursor the list did not make; the columns
 that tell runs apart, the flags of what the harness refused, and the column a chart's
-link is about; what was refused, on the run's page and the operations dashboard."""
+link is about; what was refused, on the run's page and the operations dashboard. Search is
+in test_run_search."""
 
 from __future__ import annotations
 
