@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, OuterRef
-
 from policies.models import EvalTraffic
 
 from .models import Run, ToolCall
@@ -35,8 +33,10 @@ def refused_calls(run_ref: Any = None) -> EvalTraffic:
 
 
 def runs_refused(runs: EvalTraffic) -> EvalTraffic:
-    """The runs with at least one refused action (the list's ``refused=1``)."""
-    return runs.filter(Exists(refused_calls(OuterRef("pk"))))
+    """The runs with at least one refused action (the list's ``refused=1``). An IN over
+    the refused calls, read once by ``tool_call_status_idx``: a correlated EXISTS let
+    SQLite read every refused call again for each run."""
+    return runs.filter(pk__in=refused_calls().filter(run__isnull=False).values("run_id"))
 
 
 def _reason(call: ToolCall) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from .models import ModelCall, Run, ToolCall
-from .refusals import refused_calls
+from .refusals import REFUSED
 
 # The filters a chart's link carries, and the column it is about: a failure's reason, the
 # cost (cost and tokens per day link by model), a tool's calls.
@@ -44,9 +44,13 @@ def runs_with_columns(runs: QuerySet[Run], filters: Mapping[str, str]) -> QueryS
     """``runs`` with what the list's columns need: ``turns`` (model calls), ``refused``
     (refused actions) and, under a tool filter, ``tool_call_count`` and ``tool_last_status``
     (that tool's calls in the run and the latest one's status)."""
+    # Refusals are counted among the run's calls (by the run's index), not looked up by
+    # status: a status index would have the database read every refused call per row.
+    per_run = ToolCall.objects.filter(run=OuterRef("pk")).order_by().values("run")
+    refused = per_run.annotate(n=Count("pk", filter=Q(status=REFUSED))).values("n")[:1]
     runs = runs.select_related("agent", "workspace", "requester").annotate(
         turns=_counted(ModelCall.objects.filter(run=OuterRef("pk"))),
-        refused=_counted(refused_calls(OuterRef("pk"))),
+        refused=Coalesce(Subquery(refused), 0),
     )
     if tool := filters.get("tool"):
         calls = ToolCall.objects.filter(run=OuterRef("pk"), tool=tool)
