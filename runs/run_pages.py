@@ -4,8 +4,9 @@ A page is the runs just older (``after``) or just newer (``before``) than a curs
 (created_at, id) of the run at its edge: an index range (``run_list_idx``), as fast on the
 millionth run as on the first, where an offset would read and drop every run before it.
 The id breaks ties, so runs created in the same microsecond are neither skipped nor
-repeated. Page numbers come from counts that stop at ``COUNT_CAP``: exact below it, "many"
-beyond.
+repeated. A pager link's cursor carries the number of the page it leads to, so paging
+counts nothing but the total, which stops at ``COUNT_CAP``: exact below it, "many" beyond
+(a cursor without a number, made by hand, is numbered by a capped count).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ PAGE_SIZE = 50
 COUNT_CAP = 100_000
 NEWEST = ("-created_at", "-id")
 OLDEST = ("created_at", "id")
-# A cursor: the run's created_at in microseconds since the epoch, a dot, its id in hex.
-_CURSOR = re.compile(r"(\d{1,17})\.([0-9a-f]{32})")
+# A cursor: the run's created_at in microseconds since the epoch, a dot, its id in hex,
+# and the number of the page the link leads to (optional).
+_CURSOR = re.compile(r"(\d{1,17})\.([0-9a-f]{32})(?:\.([1-9]\d{0,8}))?")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -36,6 +38,7 @@ _MICROSECOND = timedelta(microseconds=1)
 class Cursor:
     created_at: datetime
     id: uuid.UUID
+    page: int | None = None
 
 
 @dataclass
@@ -44,7 +47,7 @@ class RunPage:
 
     runs: list[Any]
     total: int  # capped at COUNT_CAP
-    number: int | None  # None: past the counted runs
+    number: int | None  # None: not known (past the counted runs)
     newer: str = ""  # the cursor of "← newer", "" on the first page
     older: str = ""  # the cursor of "older →", "" on the last page
     size: int = PAGE_SIZE
@@ -65,9 +68,9 @@ class RunPage:
         return bool(self.newer or self.older)
 
 
-def cursor_of(run: Any) -> str:
+def cursor_of(run: Any, page: int | None = None) -> str:
     micros = (run.created_at - _EPOCH) // _MICROSECOND
-    return f"{micros}.{run.id.hex}"
+    return f"{micros}.{run.id.hex}" + (f".{page}" if page else "")
 
 
 def cursor_read(name: str, text: str) -> Cursor:
@@ -78,12 +81,12 @@ def cursor_read(name: str, text: str) -> Cursor:
             f"{name} must be a cursor from the list's own links (microseconds.run-id), "
             f"not {text[:80]!r}."
         )
-    micros, hex_id = found.groups()
+    micros, hex_id, page = found.groups()
     try:
         created_at = _EPOCH + int(micros) * _MICROSECOND
     except OverflowError:
         raise BadFilter(f"{name} names a moment past any run's.") from None
-    return Cursor(created_at=created_at, id=uuid.UUID(hex_id))
+    return Cursor(created_at, uuid.UUID(hex_id), int(page) if page else None)
 
 
 def _older(c: Cursor) -> Q:
@@ -106,7 +109,7 @@ def run_page(runs: QuerySet[Any], params: Mapping[str, Any], size: int = PAGE_SI
     1. Read the cursor (one of after, before, last; a bad one is a BadFilter).
     2. Fetch one row more than a page in the direction of travel: it says whether there is
        a page beyond.
-    3. Number the page by counting the runs newer than its first (capped).
+    3. Number the page as its cursor says (or by a capped count of the runs before it).
     """
     after, before = str(params.get("after", "")), str(params.get("before", ""))
     last = str(params.get("last", "")) == "1"
@@ -115,65 +118,53 @@ def run_page(runs: QuerySet[Any], params: Mapping[str, Any], size: int = PAGE_SI
     total = _capped_count(runs)
     if before:
         return _newer_page(runs, cursor_read("before", before), total, size)
-    if last and total <= size:
-        return _first_page(runs, total, size)
-    if last:
-        # The last page holds what is left after full pages, as it would paging forward.
-        left = (total % size or size) if total < COUNT_CAP else size
-        rows = list(runs.order_by(*OLDEST)[:left])[::-1]
-        number = -(-total // size) if total < COUNT_CAP else None
-        return RunPage(rows, total, number, newer=cursor_of(rows[0]), size=size)
     if after:
-        start = cursor_read("after", after)
-        rows = list(runs.filter(_older(start)).order_by(*NEWEST)[: size + 1])
-        # Past the oldest run (it was removed, or the cursor was edited): newer ones remain.
-        return _numbered(runs, rows, total, size, newer=after if not rows else "")
-    return _first_page(runs, total, size)
-
-
-def _first_page(runs: QuerySet[Any], total: int, size: int) -> RunPage:
+        return _older_page(runs, cursor_read("after", after), after, total, size)
+    if last and total > size:
+        # The last page holds what is left after full pages, as it would paging forward.
+        exact = total < COUNT_CAP
+        rows = list(runs.order_by(*OLDEST)[: (total % size or size) if exact else size])[::-1]
+        number = -(-total // size) if exact else None
+        return _page(rows, total, size, number, top=False, more=False)
     rows = list(runs.order_by(*NEWEST)[: size + 1])
-    return _numbered(runs, rows, total, size, newer=None, number=1)
+    return _page(rows[:size], total, size, 1, top=True, more=len(rows) > size)
+
+
+def _older_page(runs: QuerySet[Any], start: Cursor, text: str, total: int, size: int) -> RunPage:
+    rows = list(runs.filter(_older(start)).order_by(*NEWEST)[: size + 1])
+    if not rows:
+        # Past the oldest run (it was removed, or the cursor was edited): newer ones remain.
+        return RunPage([], total, None, newer=text, size=size)
+    number = start.page or _number(runs, rows[0], size)
+    return _page(rows[:size], total, size, number, top=False, more=len(rows) > size)
 
 
 def _newer_page(runs: QuerySet[Any], start: Cursor, total: int, size: int) -> RunPage:
     rows = list(runs.filter(_newer(start)).order_by(*OLDEST)[: size + 1])
     if len(rows) <= size:
         # Back at the top: the first page, full, rather than a short page above it.
-        return _first_page(runs, total, size)
+        first = list(runs.order_by(*NEWEST)[: size + 1])
+        return _page(first[:size], total, size, 1, top=True, more=len(first) > size)
     page = rows[:size][::-1]
-    return RunPage(
-        page,
-        total,
-        _number(runs, page[0], size),
-        newer=cursor_of(page[0]),
-        older=cursor_of(page[-1]),
-        size=size,
-    )
+    # Runs created since the link was made may put this page below the first: then count.
+    number = start.page if (start.page or 0) > 1 else _number(runs, page[0], size)
+    return _page(page, total, size, number, top=False, more=True)
 
 
-def _numbered(
-    runs: QuerySet[Any],
-    rows: list[Any],
-    total: int,
-    size: int,
-    *,
-    newer: str | None,
-    number: int | None = None,
+def _page(
+    rows: list[Any], total: int, size: int, number: int | None, *, top: bool, more: bool
 ) -> RunPage:
-    """A page read newest first; ``newer`` is None on the first page, else the cursor of
-    "← newer" when the page is empty ("" to take its first run's)."""
-    page, more = rows[:size], len(rows) > size
-    if number is None:
-        number = _number(runs, page[0], size) if page else None
-    if newer == "" and page:
-        newer = cursor_of(page[0])
+    """A page of ``rows`` (newest first) and the cursors of its neighbours, each with the
+    neighbour's number when this page's is known."""
+    if not rows:
+        return RunPage([], total, number, size=size)
+    above = number - 1 if number and number > 1 else None
     return RunPage(
-        page,
+        rows,
         total,
         number,
-        newer=newer or "",
-        older=cursor_of(page[-1]) if more else "",
+        newer="" if top else cursor_of(rows[0], above),
+        older=cursor_of(rows[-1], number + 1 if number else None) if more else "",
         size=size,
     )
 

@@ -137,6 +137,23 @@ def test_a_page_keeps_the_filters_and_the_boundary_runs(client, personas, agent,
     assert link(get(client, status="failed"), "next") is None
 
 
+def test_a_link_carries_its_page_number_and_a_bare_cursor_is_counted(
+    client, personas, agent, workspace
+):
+    make_runs(personas, agent, workspace, 2 * PAGE_SIZE + 1)
+    client.force_login(personas.ops)
+    order = list(Run.objects.order_by("-created_at", "-id"))
+    older = link(get(client), "next")["after"]
+    assert older.endswith(".2")  # the page it leads to
+    with CaptureQueriesContext(connection) as queries:
+        second = get(client, after=older)
+    counts = [q for q in queries.captured_queries if q["sql"].startswith("SELECT COUNT(*)")]
+    assert len(counts) == 1 and "page 2 of 3" in second  # the total only
+    bare = cursor_of(order[PAGE_SIZE - 1])  # as a person might write it: no page number
+    assert "page 2 of 3" in get(client, after=bare)
+    assert shown(get(client, after=bare)) == shown(second)
+
+
 def test_a_cursor_past_the_oldest_run_is_an_empty_page_with_a_way_back(
     client, personas, agent, workspace
 ):
@@ -156,6 +173,8 @@ def test_a_cursor_past_the_oldest_run_is_an_empty_page_with_a_way_back(
         {"after": "1." + "0" * 32, "before": "1." + "0" * 32},
         {"before": "'; DROP TABLE runs_run; --"},
         {"after": "1." + "a" * 32 + "\u00e9"},
+        {"after": "1." + "a" * 32 + ".0"},
+        {"after": "1." + "a" * 32 + ".-2"},
     ],
 )
 def test_a_bad_cursor_is_a_clear_400(client, personas, params):
