@@ -6,7 +6,8 @@ Usage: ``python bench/runs_list.py [--runs 100000,1000000] [--samples 20]`` embe
 throwaway data of its own (bench/_place.py). The synthetic runs all ask the same thing
 ("Fix the broken links in the guide."); one in a thousand is given another request, so a
 search matches every run ("broken") or a few ("glossary"). Each page is requested through
-Django's test client in this process: 3 warm-ups, then ``--samples`` timed requests.
+Django's test client in this process: 3 warm-ups, then ``--samples`` timed requests. A
+pager's links carry their page's number; a hand-made cursor (none) is numbered by a count.
 """
 
 from __future__ import annotations
@@ -71,13 +72,15 @@ def analyze() -> None:
 
 def pages(size: int) -> list[tuple[str, str]]:
     runs = Run.objects.without_evals().order_by(*NEWEST)
-    second = cursor_of(runs[49])
-    middle = cursor_of(runs[size // 2])
+    second = cursor_of(runs[49], 2)
+    at = size // 2 // 50 * 50 - 1  # the last run of a page, as the pager's links name it
+    middle, bare = cursor_of(runs[at], at // 50 + 2), cursor_of(runs[at])
     return [
         ("first page", "/runs/"),
         ("second page", f"/runs/?after={second}"),
         ("a page in the middle", f"/runs/?after={middle}"),
         ("newer from the middle", f"/runs/?before={middle}"),
+        ("middle, a hand-made cursor", f"/runs/?after={bare}"),
         ("last page", "/runs/?last=1"),
         ("status=failed", "/runs/?status=failed"),
         ("refused=1", "/runs/?refused=1"),
