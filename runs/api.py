@@ -24,6 +24,7 @@ from policies.models import Agent, Workspace
 from .core import status as run_status
 from .models import Artifact, ModelCall, Run, RunEvent, Step, ToolCall, WriteRecord
 from .run_filters import status_matching
+from .run_search import BadSearch, runs_searched
 from .selectors import BadAfter, parse_after
 from .services import run_answer, run_cancel, run_create, run_rollback
 from .tools.rollback import RollbackRefused
@@ -285,6 +286,11 @@ class RunViewSet(
             runs = runs.filter(agent__slug=value)
         if (value := params.get("requester")) is not None:
             runs = runs.filter(requester__username=value)
+        if value := params.get("q", "").strip():
+            try:
+                runs = runs_searched(runs, value)
+            except BadSearch as error:
+                errors["q"] = [str(error)]
         if errors:
             raise ValidationError(errors)
         return runs.order_by("-created_at")
@@ -305,6 +311,9 @@ class RunViewSet(
             OpenApiParameter("status", str, enum=list(run_status.SHOWN_STATUSES)),
             OpenApiParameter("agent", str, description="agent slug"),
             OpenApiParameter("requester", str, description="username"),
+            OpenApiParameter(
+                "q", str, description="words the request holds, all of them (full-text)"
+            ),
         ]
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

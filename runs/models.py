@@ -100,6 +100,8 @@ class Run(EvalAware):
             # The dashboards' recent windows (throughput, recent failures, reconciliation).
             models.Index(fields=["finished_at"], name="run_finished_idx"),
             models.Index(fields=["created_at"], name="run_created_idx"),  # started last hour
+            # The runs list's keyset order (runs.run_pages): newest first, the id breaking ties.
+            models.Index(fields=["-created_at", "-id"], name="run_list_idx"),
         ]
         permissions = [
             ("view_dashboards", "Can open the operations and retrospective dashboards"),
@@ -335,6 +337,8 @@ class ToolCall(EvalAware):
             models.Index(fields=["tool", "-started_at"]),
             # The runs list's "runs that called this tool" (the dashboards' tool links).
             models.Index(fields=["run", "tool"], name="tool_call_run_tool_idx"),
+            # The operations dashboard's recent refusals (runs.refusals).
+            models.Index(fields=["status", "-started_at"], name="tool_call_status_idx"),
         ]
         constraints = [
             models.UniqueConstraint(

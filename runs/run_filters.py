@@ -26,6 +26,8 @@ from .core.failures import OTHER
 from .models import ModelCall, ToolCall
 from .observability.core import rollup
 from .observability.rollups import day_bounds
+from .refusals import runs_refused
+from .run_search import BadSearch, runs_searched, search_words
 
 # In the order they appear in a list's address (and its pager's links).
 FIELDS = (
@@ -43,9 +45,13 @@ FIELDS = (
     "approval",
     "verification",
     "evals",
+    "refused",
+    "q",
 )
 # The filters the list's form shows as selects; the others ride along as hidden fields.
 SELECTS = ("status", "agent", "workspace", "requester", "evals")
+# What the form shows: its selects and the search box.
+SHOWN = (*SELECTS, "q")
 # The eval set's runs: left out unless asked for (or an eval agent or workspace is named).
 EVALS = ("include", "only")
 DAY_FIELDS = ("finished", "finished_from", "finished_to")
@@ -58,6 +64,7 @@ TOOL_STATUSES: dict[str, tuple[str, ...]] = {
     "running": ("running",),
 }
 APPROVALS = ("decided",)
+REFUSED = ("1",)
 VERIFICATIONS = ("pass", "fail")
 MAX_NAME = 200
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -108,6 +115,12 @@ def run_filters_check(filters: Mapping[str, str]) -> dict[str, date]:
     _one_of(filters, "approval", APPROVALS, "approval filter")
     _one_of(filters, "verification", VERIFICATIONS, "verification result")
     _one_of(filters, "evals", EVALS, "evals choice")
+    _one_of(filters, "refused", REFUSED, "refused filter")
+    if query := filters.get("q"):
+        try:
+            search_words(query)
+        except BadSearch as error:
+            raise BadFilter(str(error)) from None
     for name in ("agent", "workspace", "requester", "model", "tool"):
         if len(filters.get(name, "")) > MAX_NAME:
             raise BadFilter(f"{name} is too long to be a name ({MAX_NAME} characters at most).")
@@ -181,6 +194,10 @@ def runs_filtered(runs: EvalTraffic, filters: Mapping[str, str]) -> EvalTraffic:
             run=OuterRef("pk"), status__in=rollup.HUMAN_DECIDED, decided_at__isnull=False
         )
         runs = runs.filter(Exists(decided))
+    if filters.get("refused"):
+        runs = runs_refused(runs)
+    if query := filters.get("q"):
+        runs = runs_searched(runs, query)
     return runs
 
 
@@ -215,4 +232,6 @@ def run_filters_described(filters: Mapping[str, str]) -> list[str]:
         said.append("had an approval decided by a person")
     if verification := filters.get("verification"):
         said.append("passed verification" if verification == "pass" else "failed verification")
+    if filters.get("refused"):
+        said.append("had an action refused by the harness")
     return said

@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -32,15 +32,18 @@ from .grants import grant_revoke
 from .model_clients import model_key_set
 from .models import Run, SessionGrant
 from .observability.turns import turn_table, turns_figure
+from .refusals import run_refusals
 from .replays import replay_scripts
+from .run_columns import extra_columns, runs_with_columns
 from .run_filters import (
-    SELECTS,
+    SHOWN,
     BadFilter,
     run_filters_described,
     run_filters_query,
     run_filters_read,
     runs_filtered,
 )
+from .run_pages import run_page
 from .selectors import run_get_for_user
 from .services import (
     MAX_REQUEST_CHARS,
@@ -53,7 +56,6 @@ from .services import (
 )
 from .tools.rollback import RollbackRefused
 
-PAGE_SIZE = 50
 TIMELINE_LIMIT = 1000
 
 
@@ -68,13 +70,15 @@ def _listed(rows: Any, filters: dict[str, str], name: str) -> Any:
 def _requesters(filters: dict[str, str]) -> Any:
     """Who submitted runs: of the eval set's runs too only when they are shown (or the
     current choice is one of its requesters)."""
-    users = get_user_model().objects
+    users = get_user_model().objects.order_by("username")
+    # An EXISTS per person, by the runs' requester index: a join with DISTINCT read every
+    # run of the history on each page of the list.
+    runs = Run.objects.filter(requester=OuterRef("pk"))
     if filters.get("evals"):
-        return users.filter(runs__isnull=False).distinct().order_by("username")
-    listed = users.filter(runs__agent__for_evals=False) | users.filter(
-        username=filters.get("requester", "")
+        return users.filter(Exists(runs))
+    return users.filter(
+        Exists(runs.filter(agent__for_evals=False)) | Q(username=filters.get("requester", ""))
     )
-    return listed.distinct().order_by("username")
 
 
 @login_required
@@ -91,19 +95,19 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "agents": _listed(Agent.objects.order_by("name"), filters, "agent"),
         "workspaces": _listed(Workspace.objects.order_by("name"), filters, "workspace"),
         "requesters": _requesters(filters),
-        "hidden": [(k, v) for k, v in filters.items() if v and k not in SELECTS],
+        "hidden": [(k, v) for k, v in filters.items() if v and k not in SHOWN],
         "described": run_filters_described(filters),
         "can_submit": may_submit_runs(request.user),
     }
-    runs = Run.objects.select_related("agent", "workspace", "requester")
     try:
-        runs = runs_filtered(runs, filters)
+        runs = runs_with_columns(runs_filtered(Run.objects.all(), filters), filters)
+        context["page"] = run_page(runs, request.GET)
     except BadFilter as error:
         context["error"] = str(error)
         context["described"] = []  # a filter that was refused selects nothing to describe
         return render(request, "runs/list.html", context, status=400)
-    context["page"] = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     context["query"] = run_filters_query(filters)
+    context["extra"] = extra_columns(filters)
     template = "runs/list_table.html" if request.htmx else "runs/list.html"
     return render(request, template, context)
 
@@ -183,6 +187,7 @@ def _detail_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "pending": [a for a in approvals if a.is_pending],
         "steps": run.steps.order_by("index"),
         "tool_calls": run.tool_calls.select_related("approved_by").order_by("started_at"),
+        "refusals": run_refusals(run),
         **_turns(run),
         "grants": run.grants.select_related("granted_by", "revoked_by"),
         "can_decide": may_decide(user) and not is_requester,

@@ -24,6 +24,7 @@ from policies.models import Agent, InstructionVersion, PolicyChange, Workspace
 from ...core import status as run_status
 from ...core.failures import LABELS as FAILURE_LABELS
 from ...models import DailyRollup, DailyTotal, Run
+from ...refusals import refusals_recent
 from ..core import rollup
 from ..core.retro import SHOWN_OUTCOMES, Retro, retro_compute
 from ..rollups import day_of
@@ -117,6 +118,7 @@ class Ops:
     oldest_wait: dict[str, Any] | None  # run_id, approval_id, since, seconds
     last_hour: dict[str, Any]  # started, finished, completed, failed, error_rate
     recent_failures: list[dict[str, Any]]
+    recent_refusals: list[dict[str, Any]]  # runs.refusals.refusals_recent
     stuck: list[dict[str, Any]]
     stuck_after: int  # seconds
 
@@ -222,6 +224,7 @@ def ops_figures(*, now: datetime | None = None, stuck_after: int | None = None) 
             "error_rate": hour[run_status.FAILED] / let_finish if let_finish else None,
         },
         recent_failures=failures,
+        recent_refusals=refusals_recent(),
         stuck=stuck,
         stuck_after=stuck_after,
     )
