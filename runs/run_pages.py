@@ -25,6 +25,9 @@ from .run_filters import BadFilter
 PAGE_SIZE = 50
 # Counting stops here: past it the list says "many" instead of reading every run.
 COUNT_CAP = 100_000
+# A search's count stops sooner: a common word matches most runs, each one a text search
+# to count (PostgreSQL computes the vector per row), and no chart links to a search.
+SEARCH_COUNT_CAP = 10_000
 NEWEST = ("-created_at", "-id")
 OLDEST = ("created_at", "id")
 # A cursor: the run's created_at in microseconds since the epoch, a dot, its id in hex,
@@ -46,15 +49,16 @@ class RunPage:
     """One page of runs, with what its pager needs."""
 
     runs: list[Any]
-    total: int  # capped at COUNT_CAP
+    total: int  # capped at ``cap``
     number: int | None  # None: not known (past the counted runs)
     newer: str = ""  # the cursor of "← newer", "" on the first page
     older: str = ""  # the cursor of "older →", "" on the last page
     size: int = PAGE_SIZE
+    cap: int = COUNT_CAP
 
     @property
     def total_exact(self) -> bool:
-        return self.total < COUNT_CAP
+        return self.total < self.cap
 
     @property
     def pages(self) -> int | None:
@@ -97,13 +101,15 @@ def _newer(c: Cursor) -> Q:
     return Q(created_at__gt=c.created_at) | Q(created_at=c.created_at, id__gt=c.id)
 
 
-def _capped_count(runs: QuerySet[Any]) -> int:
-    """At most COUNT_CAP: a count of a limited subquery reads no further than the cap (of
+def _capped_count(runs: QuerySet[Any], cap: int = COUNT_CAP) -> int:
+    """At most ``cap``: a count of a limited subquery reads no further than the cap (of
     agent_id, which the agent index covers when no other filter needs the row)."""
-    return runs.order_by().values("agent_id")[:COUNT_CAP].count()
+    return runs.order_by().values("agent_id")[:cap].count()
 
 
-def run_page(runs: QuerySet[Any], params: Mapping[str, Any], size: int = PAGE_SIZE) -> RunPage:
+def run_page(
+    runs: QuerySet[Any], params: Mapping[str, Any], size: int = PAGE_SIZE, cap: int = COUNT_CAP
+) -> RunPage:
     """The page of ``runs`` the address asks for: ``after`` a cursor (older runs),
     ``before`` one (newer runs), ``last=1`` (the oldest), or else the first page.
 
@@ -116,14 +122,22 @@ def run_page(runs: QuerySet[Any], params: Mapping[str, Any], size: int = PAGE_SI
     last = str(params.get("last", "")) == "1"
     if sum(map(bool, (after, before, last))) > 1:
         raise BadFilter("Ask for one page: after, before or last, not several.")
-    total = _capped_count(runs)
+    total = _capped_count(runs, cap)
     if before:
-        return _newer_page(runs, cursor_read("before", before), total, size)
-    if after:
-        return _older_page(runs, cursor_read("after", after), after, total, size)
+        page = _newer_page(runs, cursor_read("before", before), total, size)
+    elif after:
+        page = _older_page(runs, cursor_read("after", after), after, total, size)
+    else:
+        page = _end_page(runs, total, size, last=last, cap=cap)
+    page.cap = cap
+    return page
+
+
+def _end_page(runs: QuerySet[Any], total: int, size: int, *, last: bool, cap: int) -> RunPage:
+    """The first page, or with ``last`` the last."""
     if last and total > size:
         # The last page holds what is left after full pages, as it would paging forward.
-        exact = total < COUNT_CAP
+        exact = total < cap
         rows = list(runs.order_by(*OLDEST)[: (total % size or size) if exact else size])[::-1]
         number = -(-total // size) if exact else None
         return _page(rows, total, size, number, top=False, more=False)

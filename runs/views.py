@@ -43,7 +43,7 @@ from .run_filters import (
     run_filters_read,
     runs_filtered,
 )
-from .run_pages import run_page
+from .run_pages import COUNT_CAP, SEARCH_COUNT_CAP, run_page
 from .selectors import run_get_for_user
 from .services import (
     MAX_REQUEST_CHARS,
@@ -101,7 +101,8 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     }
     try:
         runs = runs_with_columns(runs_filtered(Run.objects.all(), filters), filters)
-        context["page"] = run_page(runs, request.GET)
+        cap = SEARCH_COUNT_CAP if filters["q"] else COUNT_CAP
+        context["page"] = run_page(runs, request.GET, cap=cap)
     except BadFilter as error:
         context["error"] = str(error)
         context["described"] = []  # a filter that was refused selects nothing to describe

@@ -157,3 +157,14 @@ def test_the_api_searches_with_the_same_q(client, personas, agent, workspace):
     assert [r["id"] for r in rows] == [str(run.pk)]
     bad = client.get("/api/runs/", {"q": '"*"'})
     assert bad.status_code == 400 and "q" in bad.json()
+
+
+def test_a_search_counts_to_a_lower_cap(client, personas, agent, workspace, monkeypatch):
+    """A common word matches most runs, each a text search to count: a search's total
+    stops sooner than the list's (no chart links to a search)."""
+    monkeypatch.setattr("runs.views.SEARCH_COUNT_CAP", 2)
+    make_runs(personas, agent, workspace, 3, request="Check the index")
+    client.force_login(personas.ops)
+    searched = get(client, q="index")
+    assert "At least 2 runs" in searched and len(shown(searched)) == 3
+    assert total(get(client)) == 3  # unsearched, the same runs are counted exactly

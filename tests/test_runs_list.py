@@ -190,7 +190,7 @@ def test_a_far_future_cursor_is_a_400_not_a_500(client, personas):
 
 
 def test_past_the_count_cap_the_list_says_many(client, personas, agent, workspace, monkeypatch):
-    monkeypatch.setattr("runs.run_pages.COUNT_CAP", 6)
+    monkeypatch.setattr("runs.views.COUNT_CAP", 6)
     make_runs(personas, agent, workspace, 8)
     client.force_login(personas.ops)
     first = get(client)
