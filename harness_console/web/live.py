@@ -192,7 +192,7 @@ def _groups_with_members(groups: list[str]) -> set[str]:
 
     now, heard = timezone.now(), set[str]()
     for start in range(0, len(groups), 500):  # within SQLite's parameter limit
-        members = GroupMembership.objects.filter(
+        members = GroupMembership._default_manager.filter(
             group_name__in=groups[start : start + 500], expires_at__gte=now
         )
         heard.update(members.values_list("group_name", flat=True).distinct())
