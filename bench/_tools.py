@@ -135,3 +135,26 @@ def wait_status(run_id: Any, wanted: set[str], timeout: float) -> Run:
             raise RuntimeError(f"Run {run_id} failed: {run.failure_reason}")
         time.sleep(0.02)
     raise TimeoutError(f"Run {run_id} is still {run.status} after {timeout} s.")
+
+
+def time_page(
+    client: Any, url: str, samples: int, *, warmups: int = 5, show: bool = False
+) -> tuple[list[float], int]:
+    """Seconds of each of ``samples`` requests of ``url`` through Django's test client
+    (after ``warmups`` untimed ones), and the queries of one more; ``show`` prints them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(warmups):
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        client.get(url)
+        times.append(time.perf_counter() - started)
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    for query in queries.captured_queries if show else ():
+        print(f"      {float(query['time']) * 1000:7.1f} ms  {query['sql'][:150]}")
+    return times, len(queries)

@@ -37,12 +37,11 @@ import django
 
 django.setup()
 
-from _tools import own_databases, pct
+from _tools import own_databases, pct, time_page
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -138,20 +137,6 @@ def ms(values: list[float]) -> str:
         f"p50 {pct(values, 50) * 1000:7.1f} ms   p95 {pct(values, 95) * 1000:7.1f} ms   "
         f"max {max(values) * 1000:7.1f} ms"
     )
-
-
-def time_page(client: Client, url: str, samples: int) -> tuple[list[float], int]:
-    for _ in range(5):
-        response = client.get(url)
-        assert response.status_code == 200, (url, response.status_code)
-    times = []
-    for _ in range(samples):
-        started = time.perf_counter()
-        client.get(url)
-        times.append(time.perf_counter() - started)
-    with CaptureQueriesContext(connection) as queries:
-        client.get(url)
-    return times, len(queries)
 
 
 def baseline_30_days() -> float:

@@ -27,12 +27,11 @@ import django
 
 django.setup()
 
-from _tools import own_databases, pct
+from _tools import own_databases, pct, time_page
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 
 from harness_console.roles import OPERATOR, OPS, roles_sync
 from policies.models import Agent, Workspace
@@ -90,24 +89,6 @@ def pages(size: int) -> list[tuple[str, str]]:
     ]
 
 
-def time_page(
-    client: Client, url: str, samples: int, show: bool = False
-) -> tuple[list[float], int]:
-    for _ in range(3):
-        response = client.get(url)
-        assert response.status_code == 200, (url, response.status_code)
-    times = []
-    for _ in range(samples):
-        started = time.perf_counter()
-        client.get(url)
-        times.append(time.perf_counter() - started)
-    with CaptureQueriesContext(connection) as queries:
-        client.get(url)
-    for query in queries.captured_queries if show else ():
-        print(f"      {float(query['time']) * 1000:7.1f} ms  {query['sql'][:150]}")
-    return times, len(queries)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="100000,1000000", help="Sizes, comma-separated.")
@@ -133,7 +114,7 @@ def main() -> None:
             written = size
             analyze()
             for name, url in pages(size):
-                times, queries = time_page(client, url, args.samples, args.queries)
+                times, queries = time_page(client, url, args.samples, warmups=3, show=args.queries)
                 p50, p95 = pct(times, 50) * 1000, pct(times, 95) * 1000
                 print(f"  {name:30s} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms   {queries} queries")
             print()
