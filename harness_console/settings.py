@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,25 @@ if bool(DATABASE_URL) != bool(REDIS_URL):
         "Set both DATABASE_URL and REDIS_URL for production, or neither for the embedded default."
     )
 
+
+def _celery_worker() -> bool:
+    """This process is a Celery worker: ``celery -A harness_console worker`` or
+    ``python -m celery … worker``, as ``serve`` and the README's production lines start it."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    celery = program.name == "celery" or program.parent.name == "celery"
+    return celery and "worker" in sys.argv[1:]
+
+
 # The embedded default is a single-machine console, so it runs in debug mode unless told
-# otherwise; production must opt in to debug explicitly.
-DEBUG = env_bool("DEBUG", default=EMBEDDED)
+# otherwise; production must opt in to debug explicitly. The console's debug mode decides
+# the generated key, the local hosts and plain log lines.
+CONSOLE_DEBUG = env_bool("DEBUG", default=EMBEDDED)
+CELERY_WORKER = _celery_worker()
+# Django's own debug mode, in the processes that serve pages. A worker serves none: there
+# it would only wrap every query to keep its SQL (on SQLite, one more statement each to
+# quote the parameters) and hold up to 9,000 of them per connection, which Celery warns
+# of; measured, it cost a run's loop step a third of its time (bench/loop.py).
+DEBUG = CONSOLE_DEBUG and not CELERY_WORKER
 
 
 def _secret_key() -> str:
@@ -60,7 +77,7 @@ def _secret_key() -> str:
     key = os.environ.get("SECRET_KEY", "").strip()
     if key:
         return key
-    if not DEBUG:
+    if not CONSOLE_DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     path = VAR_DIR / "secret_key"
     if not path.exists():
@@ -74,7 +91,7 @@ def _allowed_hosts() -> list[str]:
     raw = os.environ.get("ALLOWED_HOSTS", "").strip()
     if raw:
         return [host.strip() for host in raw.split(",") if host.strip()]
-    if not DEBUG:
+    if not CONSOLE_DEBUG:
         raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off.")
     return ["localhost", "127.0.0.1", "[::1]"]
 
@@ -532,7 +549,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 # HARNESS_LOG_FORMAT (json or text) overrides. Every line a worker logs for a run carries
 # run_id and trace_id (SPEC O3; harness_console.logging.RunContext).
 HARNESS_LOG_FORMAT = os.environ.get("HARNESS_LOG_FORMAT", "").strip().lower() or (
-    "text" if DEBUG else "json"
+    "text" if CONSOLE_DEBUG else "json"
 )
 if HARNESS_LOG_FORMAT not in {"json", "text"}:
     raise ImproperlyConfigured(

@@ -62,6 +62,28 @@ def test_the_embedded_secret_key_is_generated_once_and_kept(tmp_path):
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["/usr/lib/python3/site-packages/celery/__main__.py", "-A", "harness_console", "worker"],
+        ["/srv/venv/bin/celery", "-A", "harness_console", "worker", "--queues", "runs"],
+    ],
+)
+def test_a_celery_worker_of_the_embedded_default_is_not_in_debug_mode(tmp_path, argv):
+    """A worker serves no page: it keeps the console's key and hosts, without the debug
+    cursor (every query wrapped and kept); beat and the web stay in debug mode."""
+    probe = f"import sys; sys.argv = {argv!r}; " + PROBE.replace(
+        "s.DEBUG", "s.DEBUG, s.ALLOWED_HOSTS[0]"
+    )
+    worker = load_settings(tmp_path, probe).stdout.split()
+    web = load_settings(tmp_path).stdout.split()
+    beat = load_settings(tmp_path, probe.replace("'worker'", "'beat'")).stdout.split()
+    assert worker[3:5] == ["False", "localhost"], worker
+    assert worker[-1] == web[-1]  # the same generated key
+    assert web[3] == "True"
+    assert beat[3] == "True"
+
+
 def test_with_both_urls_set_it_is_production(tmp_path):
     result = load_settings(
         tmp_path,
