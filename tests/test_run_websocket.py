@@ -3,11 +3,12 @@ and the real channel layer of the configuration under test."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
@@ -272,6 +273,49 @@ def test_a_batch_goes_only_to_groups_someone_is_in(run, monkeypatch, settings):
         assert sent == [run_group(run.pk)]
     else:  # Redis: a group nobody is in costs one round trip; nothing is looked up first
         assert sorted(sent) == sorted([run_group(run.pk), run_group(other)])
+
+
+def test_a_burst_of_commits_reaches_the_group_in_few_batches_in_order(run, monkeypatch):
+    """A run's loop commits a step every few ms: the publisher sends what commits while it
+    sends or waits (BATCH_INTERVAL) as one message, not one send per commit; nothing is
+    lost or reordered."""
+    from channels.layers import get_channel_layer
+
+    from harness_console.web.live import PUBLISHER, run_group
+
+    PUBLISHER.flush()
+    layer = get_channel_layer()
+    group, sends = run_group(run.pk), []
+    real = layer.group_send
+
+    async def spy(name: str, message: dict) -> None:
+        if name == group:
+            sends.append(message)
+        await real(name, message)
+
+    monkeypatch.setattr(layer, "group_send", spy)
+    commits = [
+        [{"type": "run.event", "run_id": str(run.pk), "seq": 100 + 2 * i + k} for k in (0, 1)]
+        for i in range(40)
+    ]
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        for commit in commits:  # a loop's pace: a step every few ms, from a writer's thread
+            await sync_to_async(PUBLISHER.send)(commit)
+            await asyncio.sleep(0.005)
+        await sync_to_async(PUBLISHER.flush)(10)
+        received = []
+        while len(received) < 80:
+            message = await layer.receive(channel)
+            received += message["events"] if message["type"] == "run.events" else [message]
+        await layer.group_discard(group, channel)
+        return received
+
+    received = async_to_sync(scenario)()
+    assert [m["seq"] for m in received] == list(range(100, 180))
+    assert 1 <= len(sends) <= 20, len(sends)  # 40 commits, in a few batches
 
 
 def test_logging_out_closes_the_open_pages_of_that_user(client, run, personas):

@@ -63,29 +63,45 @@ def event_message(event: Any) -> dict[str, Any]:
     }
 
 
+# A process sends at most one batch per this many seconds. The first message after a
+# quiet moment goes at once; what commits meanwhile waits at most this long and goes in
+# the next batch, merged by run. A run's loop commits a step every few ms: sending each
+# commit on its own cost its worker more CPU than the step's own statements (bench/loop.py).
+BATCH_INTERVAL = 0.05
+
+Item = dict[str, Any] | list[dict[str, Any]]
+
+
 class _Publisher:
     """One event loop per process, in a thread, that sends committed events to the groups.
 
     ``async_to_sync`` per event started a loop (and, on Redis, a connection) every time,
     and made the writer wait for delivery: about a fifth of a run's time per step. Here the
-    writer hands the message over and goes on; the loop keeps its connections. Order is
-    kept per process (one queue), and a lost message only delays a page until its next
-    event or reconnect, which replay from the database by ``seq``.
+    writer hands the message over and goes on; the loop keeps its connections, and is woken
+    once per batch, not once per commit (``BATCH_INTERVAL``). Order is kept per process
+    (one list), and a lost message only delays a page until its next event or reconnect,
+    which replay from the database by ``seq``.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: asyncio.Queue[dict[str, Any] | list[dict[str, Any]] | None] | None = None
+        self._done = threading.Condition(self._lock)
+        self._pending: list[Item] = []
+        self._woken = False  # a wake of the loop is on its way: the next batch takes it all
+        self._handed = self._sent = 0  # items handed over, and sent (or given up), for flush
+        self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
 
     def _start(self) -> None:
+        """The loop's thread, on first use and in a forked child (the parent's is gone)."""
         ready = threading.Event()
+        self._pending, self._woken, self._handed, self._sent = [], False, 0, 0
 
         def run() -> None:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
-            self._loop, self._queue = loop, asyncio.Queue()
+            self._loop, self._wake = loop, asyncio.Event()
             ready.set()
             loop.run_until_complete(self._drain())
 
@@ -95,14 +111,19 @@ class _Publisher:
         atexit.register(self.flush)
 
     async def _drain(self) -> None:
-        """Sends what was handed over, a batch at a time: the events of one run committed
-        together (a model turn and its tool call) go to its group as one message; the ops
-        group hears only what moves the dashboard, the approvals group only approvals."""
-        assert self._queue is not None
+        """Sends what was handed over, a batch at a time, at most one per BATCH_INTERVAL:
+        the events of one run in a batch go to its group as one message; the ops group
+        hears only what moves the dashboard, the approvals group only approvals."""
+        assert self._wake is not None and self._loop is not None
+        last = -BATCH_INTERVAL
         while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            await self._wake.wait()
+            self._wake.clear()
+            if (pause := last + BATCH_INTERVAL - self._loop.time()) > 0:
+                await asyncio.sleep(pause)  # what commits meanwhile joins this batch
+            with self._lock:
+                batch, self._pending, self._woken = self._pending, [], False
+            last = self._loop.time()
             try:
                 layer = get_channel_layer()
                 messages = [
@@ -111,11 +132,14 @@ class _Publisher:
                     if item
                     for m in ([item] if isinstance(item, dict) else item)
                 ]
-                if layer is not None:
+                if layer is not None and messages:
                     await self._send_batch(layer, messages)
+            except Exception:  # never let one batch stop the loop: pages replay on reconnect
+                logger.exception("Could not publish a batch of run events")
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                with self._lock:
+                    self._sent += len(batch)
+                    self._done.notify_all()
 
     async def _send_batch(self, layer: Any, messages: list[dict[str, Any]]) -> None:
         by_run: dict[str, list[dict[str, Any]]] = {}
@@ -147,23 +171,27 @@ class _Publisher:
             except Exception:
                 logger.exception("Could not publish run events to %s", group)
 
-    def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+    def send(self, message: Item) -> None:
         """Hand over one message, or the messages of one commit (sent as one batch)."""
         with self._lock:
             if self._loop is None or self._pid != os.getpid():  # first use, or after a fork
                 self._start()
-        assert self._loop is not None and self._queue is not None
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, message)
+            self._pending.append(message)
+            self._handed += 1
+            if self._woken:  # the loop will take this one with the others
+                return
+            self._woken = True
+        assert self._loop is not None and self._wake is not None
+        self._loop.call_soon_threadsafe(self._wake.set)
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait (boundedly) until everything handed over was sent: at exit, and in tests."""
-        if self._loop is None or self._queue is None or self._pid != os.getpid():
+        if self._loop is None or self._pid != os.getpid():
             return
-        queue = self._queue
-        try:
-            asyncio.run_coroutine_threadsafe(queue.join(), self._loop).result(timeout)
-        except Exception:
-            logger.warning("Some live events were not sent before the deadline.")
+        with self._lock:
+            handed = self._handed
+            if not self._done.wait_for(lambda: self._sent >= handed, timeout):
+                logger.warning("Some live events were not sent before the deadline.")
 
 
 async def _groups_heard(layer: Any, groups: set[str]) -> set[str] | None:
