@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -90,6 +91,7 @@ class _Publisher:
         self._woken = False  # a wake of the loop is on its way: the next batch takes it all
         self._handed = self._sent = 0  # items handed over, and sent (or given up), for flush
         self._wake: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None  # set by a flush: no pause before sending
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
 
@@ -101,28 +103,44 @@ class _Publisher:
         def run() -> None:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
-            self._loop, self._wake = loop, asyncio.Event()
+            self._loop, self._wake, self._hurry = loop, asyncio.Event(), asyncio.Event()
             ready.set()
             loop.run_until_complete(self._drain())
 
         threading.Thread(target=run, name="live-publisher", daemon=True).start()
         ready.wait(5)
         self._pid = os.getpid()
-        atexit.register(self.flush)
+        # At the interpreter's exit, before concurrent.futures refuses new work (which the
+        # channel layer's database calls need): threading's exit calls run in reverse.
+        # Once the interpreter is shutting down that is refused: then at atexit, if ever.
+        try:
+            threading._register_atexit(self.flush)  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):
+            atexit.register(self.flush)
+
+    def forked(self) -> None:
+        """In a process just forked from this one: the parent's loop is not this one's, and
+        its locks may have been held by the parent's publisher thread at the fork."""
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._loop, self._pid = None, 0
 
     async def _drain(self) -> None:
         """Sends what was handed over, a batch at a time, at most one per BATCH_INTERVAL:
         the events of one run in a batch go to its group as one message; the ops group
         hears only what moves the dashboard, the approvals group only approvals."""
-        assert self._wake is not None and self._loop is not None
+        assert self._wake is not None and self._hurry is not None and self._loop is not None
         last = -BATCH_INTERVAL
         while True:
             await self._wake.wait()
             self._wake.clear()
             if (pause := last + BATCH_INTERVAL - self._loop.time()) > 0:
-                await asyncio.sleep(pause)  # what commits meanwhile joins this batch
+                # What commits meanwhile joins this batch; a flush does not wait.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), pause)
             with self._lock:
                 batch, self._pending, self._woken = self._pending, [], False
+            self._hurry.clear()
             last = self._loop.time()
             try:
                 layer = get_channel_layer()
@@ -186,8 +204,9 @@ class _Publisher:
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait (boundedly) until everything handed over was sent: at exit, and in tests."""
-        if self._loop is None or self._pid != os.getpid():
+        if self._loop is None or self._hurry is None or self._pid != os.getpid():
             return
+        self._loop.call_soon_threadsafe(self._hurry.set)
         with self._lock:
             handed = self._handed
             if not self._done.wait_for(lambda: self._sent >= handed, timeout):
@@ -228,6 +247,7 @@ def _groups_with_members(groups: list[str]) -> set[str]:
 
 
 PUBLISHER = _Publisher()
+os.register_at_fork(after_in_child=PUBLISHER.forked)
 
 
 def event_publish(event: Any) -> None:
