@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from policies.core.tokenizer import ByteEstimate, utf8_length
@@ -121,6 +121,8 @@ class Compacted:
     dropped: tuple[tuple[int, int], ...]  # (first, last) message indices of each dropped turn
     tokens_before: int
     tokens_after: int
+    # The input's check (not the output's): what the next turn's compaction starts from.
+    checked: Checked | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,18 +168,45 @@ def _blocks(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]]:
     return content
 
 
-def check_valid(messages: Sequence[Mapping[str, Any]]) -> None:
+@dataclass(frozen=True)
+class Checked:
+    """How far :func:`check_valid` read a conversation that only grows at its end: its first
+    ``count`` messages were valid, the last of them holding ``blocks`` content blocks, and
+    made the tool calls ``seen_ids``. A valid conversation has answered every call it made,
+    so nothing else carries over to the messages after them."""
+
+    count: int = 0
+    blocks: int = -1
+    seen_ids: frozenset[str] = frozenset()
+
+    def holds_for(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether ``messages`` still start with what was read: as many messages or more,
+        the last one read with as many blocks (a message that grew is read again)."""
+        count = self.count
+        return 0 < count <= len(messages) and _block_count(messages[count - 1]) == self.blocks
+
+
+def _block_count(message: Mapping[str, Any]) -> int:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return len(content) if isinstance(content, list) else -1
+
+
+def check_valid(messages: Sequence[Mapping[str, Any]], since: Checked | None = None) -> Checked:
     """Raise ``ValueError`` unless the Messages API would accept the conversation's structure:
     it starts with the user's task, roles alternate, every tool call is answered in the very
     next message (results first, each exactly once), and no result answers a call not made just
-    before. These are the rules compaction could break; content itself is not judged."""
+    before. These are the rules compaction could break; content itself is not judged.
+
+    ``since``: what an earlier check of the same conversation read (a loop's, one turn ago),
+    so only the messages after it are read; the answer is what this check read."""
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise ValueError("A conversation is a list of messages.")
     if not messages:
         raise ValueError("A conversation needs at least the task message.")
-    seen_ids: set[str] = set()
+    start = since.count if since is not None and since.holds_for(messages) else 0
+    seen_ids: set[str] = set(since.seen_ids) if start and since is not None else set()
     calls: list[str] = []  # the previous assistant message's tool_use ids
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages[start:], start):
         if not isinstance(message, Mapping):
             raise ValueError(f"Message {index} is not a mapping.")
         expected = "user" if index % 2 == 0 else "assistant"
@@ -221,6 +250,7 @@ def check_valid(messages: Sequence[Mapping[str, Any]]) -> None:
         raise ValueError(
             f"The last message's tool calls {calls} have no results: answer them before sending."
         )
+    return Checked(len(messages), _block_count(messages[-1]), frozenset(seen_ids))
 
 
 def _turns(count: int) -> list[tuple[int, int]]:
@@ -471,19 +501,21 @@ def compact(
     messages: Sequence[dict[str, Any]],
     thresholds: Thresholds,
     sizes: Sequence[int] | None = None,
+    checked: Checked | None = None,
 ) -> Compacted:
     """The conversation to send now, compacted as far as the thresholds ask (see the module's
     docstring). The input is never changed; an invalid conversation raises ``ValueError``,
     since no compaction of it could be valid. ``sizes``: each message's
-    :func:`estimate_tokens`, when the caller kept them from an earlier turn."""
+    :func:`estimate_tokens`, when the caller kept them from an earlier turn; ``checked``:
+    the input's check one turn ago (``Compacted.checked``), when the caller kept it."""
     try:
-        check_valid(messages)
+        valid = check_valid(messages, checked)
     except ValueError as error:
         raise ValueError(f"Cannot compact an invalid conversation: {error}") from error
     if sizes is None or len(sizes) != len(messages):
         sizes = [estimate_tokens(message) for message in messages]
     before = sum(sizes)
-    best = Compacted(list(messages), 1, (), (), before, before)
+    best = Compacted(list(messages), 1, (), (), before, before, valid)
     turns = _turns(len(messages))
     old = turns[: max(len(turns) - thresholds.keep_recent_turns, 0)]
     if before <= thresholds.whole_tokens or not old:
@@ -513,4 +545,4 @@ def compact(
             total = _tokens_with_block(whole, dropped, remaining)
         if total < best.tokens_after:
             best = _build(messages, 3, summaries, dropped, before)
-    return best
+    return best if best.checked is valid else replace(best, checked=valid)

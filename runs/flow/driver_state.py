@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import models
 
+from ..core.compaction import Checked
 from ..leases import Heartbeat, Lease
 from ..models import Message, Run
 
@@ -52,6 +53,7 @@ class Driver:
     fresh_uses: set[str] = field(default_factory=set)
     config: Any = None  # runs.flow.config.RunConfig, read once per claim, kept fresh
     sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # token estimates
+    checked: Checked | None = None  # how far the conversation's structure was checked
     # The system prompt's layers and the tools' tokens as this claim sends them (B12).
     layers: list[dict[str, Any]] = field(default_factory=list)
     tool_tokens: int = 0

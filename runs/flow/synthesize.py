@@ -171,7 +171,9 @@ def _model_turn(
             keep_recent_turns=agent.compaction_keep_turns,
         ),
         _sizes(driver, messages),
+        driver.checked,
     )
+    driver.checked = compacted.checked
     span = telemetry.chat_started(
         run, model=driver.model, step_id=data.get("step"), turn=state.turn
     )
