@@ -232,3 +232,54 @@ def test_many_rows_go_in_statements_under_the_parameter_limit(personas, agent, w
     stored = RunEvent.objects.filter(run=run, type="x").order_by("seq")
     assert list(stored.values_list("payload__i")) == [(i,) for i in range(1, 701)]
     assert all(row.pk is not None for row in rows)
+
+
+@pytest.mark.parametrize("model", [RunEvent, Message, ModelCall, ToolCall, Step, Artifact])
+def test_each_field_s_value_goes_in_as_django_prepares_it(model):
+    """The values passed on as they are (a text field's str, a number field's int, a bool)
+    and every other value of the same fields, prepared field by field, against the field's
+    own pre_save and get_db_prep_save on this database's connection."""
+    import enum
+    from decimal import Decimal
+
+    from django.core.exceptions import ValidationError
+    from django.db.models import F
+    from django.utils.functional import lazy
+
+    from runs.flow.row_inserts import _preparer
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    lazy_text = lazy(lambda: "lazy text", str)()
+    values: list[Any] = ["", "text", "ünï\u2028", 0, 7, 2**40, True, False, None, Level.HIGH]
+    values += [Decimal("5"), lazy_text, F("id")]
+    db = transaction.get_connection()
+    checked = 0
+    for field in model._meta.concrete_fields:
+        if field.get_internal_type() not in {
+            "CharField",
+            "TextField",
+            "BooleanField",
+            "IntegerField",
+            "BigIntegerField",
+            "SmallIntegerField",
+            "PositiveIntegerField",
+            "PositiveBigIntegerField",
+            "PositiveSmallIntegerField",
+        }:
+            continue
+        prepare = _preparer(field)
+        for value in values:
+            row = model()
+            setattr(row, field.attname, value)
+            try:
+                want = field.get_db_prep_save(field.pre_save(row, True), db)
+            except (TypeError, ValueError, ValidationError) as refused:
+                with pytest.raises(type(refused)):
+                    prepare(row, db)
+                continue
+            got = prepare(row, db)
+            assert (type(got), got) == (type(want), want) or (got is want), (field, value)
+            checked += 1
+    assert checked

@@ -6,14 +6,16 @@ step of every run: in a worker driving hundreds of runs that cost more than the
 statements themselves. Here the statement for a table and a number of rows is made once
 per process from the model's own columns, and each value goes through its field's own
 ``pre_save`` and ``get_db_prep_save``, as ``bulk_create`` does: defaults, ``auto_now_add``,
-JSON and UUID conversion included. An auto-incremented key comes back by ``RETURNING``
-(SQLite 3.35+ and PostgreSQL, in the order of the rows, which ``bulk_create`` relies on
-too).
+JSON and UUID conversion included; only the commonest values, a ``str`` of a text field, an
+``int`` of a number field and a ``bool``, go in as they are (what those methods make of
+them, the backend's adaptation of numbers included), which was most of the preparing. An
+auto-incremented key comes back by ``RETURNING`` (SQLite 3.35+ and PostgreSQL, in the
+order of the rows, which ``bulk_create`` relies on too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import models, transaction
@@ -22,6 +24,21 @@ from django.db import models, transaction
 MAX_PARAMETERS = 999
 _AUTO_KEYS = ("AutoField", "BigAutoField", "SmallAutoField")
 _statements: dict[tuple[type[models.Model], int, str], str] = {}
+# A field's value as the statement takes it, from the row and the connection.
+Prepare = Callable[[models.Model, Any], Any]
+_preparers: dict[type[models.Model], list[Prepare]] = {}
+# Fields whose own methods make nothing else of a value of the type beside them than the
+# value itself (numbers: then the backend's adapt_integerfield_value). Exact classes only:
+# a subclass may prepare differently.
+_TEXT = (models.CharField, models.TextField)
+_NUMBERS = (
+    models.IntegerField,
+    models.BigIntegerField,
+    models.SmallIntegerField,
+    models.PositiveIntegerField,
+    models.PositiveBigIntegerField,
+    models.PositiveSmallIntegerField,
+)
 
 
 def rows_insert(rows: Sequence[models.Model]) -> None:
@@ -45,10 +62,10 @@ def _insert(
     rows: Sequence[models.Model],
 ) -> None:
     db = transaction.get_connection()
-    params: list[Any] = []
-    for row in rows:
-        for field in fields:
-            params.append(field.get_db_prep_save(field.pre_save(row, True), db))
+    preparers = _preparers.get(model)
+    if preparers is None:
+        preparers = _preparers[model] = [_preparer(field) for field in fields]
+    params = [prepare(row, db) for row in rows for prepare in preparers]
     with db.cursor() as cursor:
         cursor.execute(_statement(model, fields, auto, len(rows), db), params)
         keys = cursor.fetchall() if auto is not None else []
@@ -72,3 +89,38 @@ def _statement(model: type[models.Model], fields: list[Any], auto: Any, count: i
         )
         _statements[key] = statement
     return statement
+
+
+def _preparer(field: Any) -> Prepare:
+    """How ``field``'s value of a row goes into the statement: as ``bulk_create`` prepares
+    it, with a value of the type a plain text, number or boolean field holds passed on."""
+    attname, kind = field.attname, type(field)
+
+    def prepared(row: models.Model, db: Any) -> Any:
+        return field.get_db_prep_save(field.pre_save(row, True), db)
+
+    if kind in _TEXT:
+
+        def text(row: models.Model, db: Any) -> Any:
+            value = getattr(row, attname)
+            return value if value is None or type(value) is str else prepared(row, db)
+
+        return text
+    if kind in _NUMBERS:
+        internal = field.get_internal_type()
+
+        def number(row: models.Model, db: Any) -> Any:
+            value = getattr(row, attname)
+            if type(value) is int:
+                return db.ops.adapt_integerfield_value(value, internal)
+            return None if value is None else prepared(row, db)
+
+        return number
+    if kind is models.BooleanField:
+
+        def boolean(row: models.Model, db: Any) -> Any:
+            value = getattr(row, attname)
+            return value if value is None or type(value) is bool else prepared(row, db)
+
+        return boolean
+    return prepared
