@@ -58,18 +58,30 @@ def runs_await(
     *,
     on_settled: Callable[[Prepared], None] = lambda item: None,
     tick: Callable[[], None] = lambda: None,
+    start: Callable[[Prepared], bool] | None = None,
+    at_once: int = 0,
 ) -> None:
     """Until every run has ended or waits for a person (giving the case's scripted intake
     answers and approval decisions on the way), or its time is up; ``on_settled`` hears of
     each such run as soon as it is one (the suite judges it then), ``tick`` each round (the
     suite's sign of life). No run claimed by any worker within ``claim_timeout``: no
-    worker is running; say so."""
+    worker is running; say so.
+
+    ``start``: the cases not started yet are started here (it answers whether the run
+    started), at most ``at_once`` in flight, the next as one settles: a suite shares the
+    console's workers with everyone's runs, and a hundred replays at once kept its own
+    lease keeper from its beat."""
     approver = eval_user(EVAL_APPROVER, DECIDE)
     waiting = {p.run.pk: p for p in prepared if p.run is not None}
+    queued = [p for p in prepared if p.run is None and not p.skipped] if start else []
     began = time.monotonic()
     claimed = False
-    while waiting:
+    while waiting or queued:
         tick()
+        while start is not None and queued and (at_once <= 0 or len(waiting) < at_once):
+            item = queued.pop(0)
+            if start(item) and item.run is not None:
+                waiting[item.run.pk] = item
         rows = Run.objects.filter(pk__in=list(waiting)).only(
             "pk", "status", "lease_owner", "lease_token"
         )
@@ -81,12 +93,12 @@ def runs_await(
             if timed_out or (run_settled(run) and not answered):
                 del waiting[run.pk]
                 on_settled(item)
-        if not claimed and time.monotonic() - began > claim_timeout:
+        if waiting and not claimed and time.monotonic() - began > claim_timeout:
             raise SuiteError(
                 f"No worker took the eval runs within {claim_timeout:g} s. Start the console "
                 "(make run) or a worker, or pass --start-worker."
             )
-        if waiting:
+        if waiting or queued:
             time.sleep(0.1)
 
 

@@ -144,6 +144,7 @@ class _Suite:
     claim_timeout: float
     progress: Progress
     user: Any = None
+    broken: int = 0  # the broken cases recorded so far
     prepared: list[Prepared] = field(default_factory=list)
     policies_before: dict[str, int] = field(default_factory=dict)
     summary: dict[str, dict[str, int]] = field(
@@ -190,27 +191,32 @@ def _suite_cases(run: _Suite) -> None:
 
 def _suite_steps(run: _Suite, suite_dir: Path) -> None:
     """1. Lay out every case (against a live model, a replay-only case is skipped).
-    2. Note every policy's version, then start every run.
+    2. Note every policy's version.
     3. Count the cases, record each broken and each skipped one.
-    4. Wait for the runs, judging each as soon as it ends or waits for a person.
+    4. Start the runs, HARNESS_EVAL_RUNS_AT_ONCE in flight at most, and wait for them,
+       judging each as soon as it ends or waits for a person (a run refused at its start
+       makes its case broken).
     5. Record the suite's totals.
     """
     _prepare_all(run, suite_dir)
     run.policies_before = dict(Policy.objects.values_list("name", "version"))
-    _start_all(run)
-    started = [p for p in run.prepared if p.run is not None]
+    to_run = [p for p in run.prepared if not p.skipped]
     skipped = [p for p in run.prepared if p.skipped]
-    run.progress.total(len(started) + len(skipped) + len(run.loaded.errors))
-    _broken_record(run)
+    run.progress.total(len(to_run) + len(skipped) + len(run.loaded.errors))
+    for error in run.loaded.errors:
+        _broken_record(run, error)
     for item in skipped:
         _judge_one(run, item)
-    run.progress.say(f"started {len(started)} runs")
+    at_once = settings.HARNESS_EVAL_RUNS_AT_ONCE
+    run.progress.say(f"running {len(to_run)} cases, {at_once} at a time")
     runs_await(
-        started,
+        to_run,
         run.case_timeout,
         run.claim_timeout,
         on_settled=lambda item: _judge_one(run, item),
         tick=run.progress.beat,
+        start=lambda item: _start_one(run, item),
+        at_once=at_once,
     )
     _suite_finish(run)
 
@@ -229,31 +235,32 @@ def _prepare_all(run: _Suite, suite_dir: Path) -> None:
             run.loaded.errors.append(f"{case.source}: {error}")
 
 
-def _start_all(run: _Suite) -> None:
-    for item in run.prepared:
-        if not item.skipped:
-            run.progress.beat()
-            try:
-                case_start(item, model=run.model, user=run.user)
-            except Exception as error:  # a refused request: the case is broken
-                item.run = None
-                run.loaded.errors.append(f"{item.case.source}: the run could not start: {error}")
+def _start_one(run: _Suite, item: Prepared) -> bool:
+    """The case's run, started; a refused request makes the case broken, recorded now."""
+    run.progress.beat()
+    try:
+        case_start(item, model=run.model, user=run.user)
+    except Exception as error:
+        item.run = None
+        _broken_record(run, f"{item.case.source}: the run could not start: {error}")
+        return False
+    return True
 
 
-def _broken_record(run: _Suite) -> None:
-    """Each broken case as a failed result of its own: a case must not pass by not running."""
-    for number, error in enumerate(run.loaded.errors, 1):
-        source = error.split(": ", 1)[0]
-        EvalResult.objects.create(
-            suite=run.row,
-            case=f"broken:{number}",  # a name no case can have
-            category=BROKEN,
-            source=source[:300],
-            passed=False,
-            failures=[error],
-        )
-        run.summary[BROKEN]["failed"] += 1
-        run.progress.recorded("failed", f"BROKEN {error}")
+def _broken_record(run: _Suite, error: str) -> None:
+    """A broken case as a failed result of its own: a case must not pass by not running."""
+    run.broken += 1
+    source = error.split(": ", 1)[0]
+    EvalResult.objects.create(
+        suite=run.row,
+        case=f"broken:{run.broken}",  # a name no case can have
+        category=BROKEN,
+        source=source[:300],
+        passed=False,
+        failures=[error],
+    )
+    run.summary[BROKEN]["failed"] += 1
+    run.progress.recorded("failed", f"BROKEN {error}")
 
 
 def _suite_finish(run: _Suite) -> None:

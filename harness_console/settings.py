@@ -416,6 +416,10 @@ HARNESS_EVAL_ROOT = Path(os.environ.get("HARNESS_EVAL_ROOT") or VAR_DIR / "evals
 HARNESS_EVAL_LEASE_SECONDS = float(os.environ.get("HARNESS_EVAL_LEASE_SECONDS", "120"))
 if HARNESS_EVAL_LEASE_SECONDS <= 0:
     raise ImproperlyConfigured("HARNESS_EVAL_LEASE_SECONDS must be above 0.")
+# Runs of a suite in flight at once: it shares the run workers with everyone's runs.
+HARNESS_EVAL_RUNS_AT_ONCE = int(os.environ.get("HARNESS_EVAL_RUNS_AT_ONCE", "8"))
+if HARNESS_EVAL_RUNS_AT_ONCE < 1:
+    raise ImproperlyConfigured("HARNESS_EVAL_RUNS_AT_ONCE must be 1 or more.")
 
 # --- Metrics ---------------------------------------------------------------------------
 # /metrics (SPEC O2) answers "Authorization: Bearer <METRICS_TOKEN>" (Prometheus's

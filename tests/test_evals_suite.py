@@ -578,3 +578,64 @@ def test_a_cancelled_run_is_not_prefilled_to_a_failure_no_replay_repeats(
     )
     initial = eval_case_initial(run)
     assert "status" not in initial and initial["failure_contains"] == ""
+
+
+def test_a_suite_keeps_at_most_its_limit_of_runs_in_flight(personas, tmp_path):
+    """The next case starts as an earlier one settles, never more than ``at_once`` in
+    flight, and every case is started and judged once; a case whose run cannot start is
+    not waited for."""
+    from evals.core.parsing import case_parse
+    from evals.fixtures import case_prepare, eval_user
+    from evals.running import case_start, runs_await
+    from runs.lifecycle import run_transition
+
+    data = json.loads(SIMPLE_CASE.read_text())
+    items = [
+        case_prepare(
+            case_parse({**data, "name": f"at-once-{n}"}, source=f"at-once-{n}"),
+            tmp_path / "suite",
+            ROOT / "evals" / "servers",
+        )
+        for n in range(7)
+    ]
+    user, in_flight, most, judged = eval_user(), [], 0, []
+
+    def start(item) -> bool:
+        nonlocal most
+        if item.case.name == "at-once-4":  # refused: broken, never awaited
+            return False
+        case_start(item, model="replay", user=user)
+        in_flight.append(item)
+        most = max(most, len(in_flight))
+        return True
+
+    def tick() -> None:  # a worker ends the oldest run in flight each round
+        if in_flight:
+            run_transition(run_id=in_flight[0].run.pk, to="failed", failure_reason="test")
+
+    def settled(item) -> None:
+        in_flight.remove(item)
+        judged.append(item.case.name)
+
+    # The test ends each run itself, before any worker could claim one.
+    runs_await(items, 60, 60, on_settled=settled, tick=tick, start=start, at_once=2)
+    assert most == 2
+    assert sorted(judged) == [f"at-once-{n}" for n in range(7) if n != 4]
+
+
+def test_cases_whose_runs_cannot_start_are_each_recorded_as_broken(personas, monkeypatch):
+    """Runs start as the suite goes; a run that is refused makes its case broken there and
+    then, counted in the suite's total and failures, each under a name of its own."""
+    import evals.suite
+
+    def refused(item, **kwargs):
+        raise RuntimeError(f"refused {item.case.name}")
+
+    monkeypatch.setattr(evals.suite, "case_start", refused)
+    suite = suite_run(category="simple")
+    cases = len(list((ROOT / "evals" / "cases" / "simple").glob("*.json")))
+    broken = EvalResult.objects.filter(suite=suite).order_by("case")
+    assert (suite.status, suite.passed, suite.failed) == ("finished", 0, cases)
+    assert sorted(r.case for r in broken) == sorted(f"broken:{n}" for n in range(1, cases + 1))
+    assert all("the run could not start: refused" in r.failures[0] for r in broken)
+    assert Run.objects.count() == 0
