@@ -179,7 +179,8 @@ class RunEvent(models.Model):
 
     EVAL_FLAG = "run__agent__for_evals"
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    # Looked up by the unique (run, seq) index, which starts with the run: no index of its own.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=64)
     payload = models.JSONField(default=dict, blank=True)
@@ -213,7 +214,8 @@ class Message(models.Model):
     result; consecutive tool results are joined into one user message when sent.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    # The unique (run, index) index starts with the run: no index of its own.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
     index = models.PositiveIntegerField()
     role = models.CharField(max_length=16)  # user | assistant
     kind = models.CharField(max_length=16, default="text")  # task | text | assistant | tool_result
@@ -240,7 +242,10 @@ class Message(models.Model):
 class ModelCall(models.Model):
     """One model request of a run: its usage is recorded here exactly once (SPEC R11, O4)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
+    # The unique (run, turn) index starts with the run: no index of its own.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="model_calls", db_index=False
+    )
     turn = models.PositiveIntegerField()
     label = models.CharField(max_length=32)  # "anthropic" or "offline replay"
     model = models.CharField(max_length=100)
@@ -291,8 +296,14 @@ class ToolCall(EvalAware):
     ]
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # The (run, tool) index starts with the run: no index of its own.
     run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="tool_calls"
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="tool_calls",
+        db_index=False,
     )
     workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="tool_calls")
     requested_by = models.ForeignKey(
