@@ -120,7 +120,12 @@ def fenced(lease: Lease) -> Iterator[None]:
 
 
 def fence_write(
-    lease: Lease, fields: dict[str, Any], events: int = 0, *, status_was: str | None = None
+    lease: Lease,
+    fields: dict[str, Any],
+    events: int = 0,
+    *,
+    status_was: str | None = None,
+    extend: bool = True,
 ) -> tuple[int, bool]:
     """The fence of :func:`fenced` and a checkpoint's own fields of the run, in one
     statement: check the token, extend the lease, write ``fields`` (a value, or
@@ -130,7 +135,8 @@ def fence_write(
     fields' transition starts from (``flow.checkpoints.defer_transition``): a row whose
     status is no longer that moved without this worker (a cancel of a frozen worker's run),
     and is not written either. Fields that clear the lease (a transition to a wait or an
-    end) replace the fence's own extension of it.
+    end) replace the fence's own extension of it; ``extend=False`` leaves the lease to the
+    keeper (the token is checked all the same).
 
     Written as SQL from the model's own column names and value conversions: this runs
     twice per step of every run, and compiling a queryset cost more than the statement.
@@ -142,7 +148,7 @@ def fence_write(
     status = quote(meta.get_field("status").column)
     assignments = [f"{quote('event_seq')} = {quote('event_seq')} + %s"]
     params: list[Any] = [events]
-    if "lease_expires_at" not in fields:
+    if extend and "lease_expires_at" not in fields:
         extended = f"CASE WHEN {status} IN ({claimable}) THEN %s ELSE NULL END"
         assignments.append(f"{quote('lease_expires_at')} = {extended}")
         expiry = meta.get_field("lease_expires_at").get_db_prep_save(expires, db)
@@ -322,6 +328,10 @@ class LeaseKeeper:
         ours = Q()
         for beat in beats:
             ours |= Q(pk=beat.lease.run_id, lease_token=beat.lease.token)
+        # When the new expiry is counted from, not when the statement got through (on
+        # SQLite it may wait seconds for the write lock): a fence decides by it whether
+        # the lease still needs extending.
+        renewed = time.monotonic()
         expires = timezone.now() + timedelta(seconds=lease_seconds())
         # Only a lease still held: one a wait or a release cleared is never set again.
         Run.objects.filter(ours, status__in=CLAIMABLE, lease_expires_at__isnull=False).update(
@@ -333,7 +343,6 @@ class LeaseKeeper:
                 pk__in=[b.lease.run_id for b in beats]
             ).values_list("pk", "lease_token", "cancel_requested_at")
         }
-        renewed = time.monotonic()
         try:
             workers_seen({node_of(b.lease.worker) for b in beats})
         except Exception:  # the cache's trouble is not the leases': they were renewed

@@ -283,3 +283,42 @@ def test_each_field_s_value_goes_in_as_django_prepares_it(model):
             assert (type(got), got) == (type(want), want) or (got is want), (field, value)
             checked += 1
     assert checked
+
+
+def test_a_step_extends_the_lease_only_when_the_keeper_is_late(personas, agent, workspace, api):
+    """The keeper renews every lease of its process every third of a lease; a step's fence
+    checks the token every time but extends the lease only when neither renewed it for a
+    third of one (the keeper starved, say), and then counts as a renewal."""
+    import time
+    from types import SimpleNamespace
+
+    from runs.leases import lease_seconds
+
+    run = run_create(
+        agent=agent, workspace=workspace, requester=personas.operator, request="a", dispatch=False
+    )
+    lease = lease_claim(run_id=run.pk, worker="test@host:1")
+    assert lease is not None
+    claimed = Run.objects.get(pk=run.pk).lease_expires_at
+    beat = SimpleNamespace(renewed=time.monotonic(), cancelled=False, lost=False)
+    driver = Driver(lease=lease, beat=beat)  # type: ignore[arg-type]
+    defer_event(driver, "note", {"n": 1})
+    with checkpoint(driver):
+        pass
+    assert Run.objects.get(pk=run.pk).lease_expires_at == claimed  # renewed a moment ago
+    beat.renewed -= lease_seconds() / 2
+    defer_event(driver, "note", {"n": 2})
+    with checkpoint(driver):
+        pass
+    assert Run.objects.get(pk=run.pk).lease_expires_at > claimed
+    assert beat.renewed > time.monotonic() - lease_seconds() / 3
+    beat.renewed = late = time.monotonic() - lease_seconds() / 2
+    defer_event(driver, "note", {"n": "rolled back"})
+    with pytest.raises(RuntimeError), checkpoint(driver):
+        raise RuntimeError("the step failed")
+    assert beat.renewed == late  # an extension that rolled back renewed nothing
+    driver.pending = type(driver.pending)()
+    Run.objects.filter(pk=run.pk).update(lease_token=lease.token + 1)  # another worker's now
+    defer_event(driver, "note", {"n": 3})
+    with pytest.raises(LeaseLost), checkpoint(driver):  # the token is checked all the same
+        pass

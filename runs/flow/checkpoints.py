@@ -10,6 +10,7 @@ in the fence's own statement, its rows and events each in one bulk insert.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -24,7 +25,7 @@ from harness_console.web.live import events_publish
 from ..approval_outcomes import approvals_cancel
 from ..core import status as run_status
 from ..events import run_event_append
-from ..leases import Lease, LeaseLost, fence_write, fenced
+from ..leases import Lease, LeaseLost, fence_write, fenced, lease_seconds
 from ..lifecycle import run_transition, steps_close, transition_applied, transition_planned
 from ..models import Run, RunEvent, Step, ToolCall
 from ..run_hooks import session_end
@@ -163,19 +164,30 @@ def defer_step(
 
 def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
     """The fence, the run's fields and the events' numbers in one statement; the events
-    to insert, numbered."""
+    to insert, numbered. The lease is extended here only when the keeper is late with it
+    (a third of a lease since either renewed it): at every step it rewrote the run's row
+    in the sweeper's index for nothing, the keeper renewing every lease of the process
+    every third of a lease anyway."""
     fields: dict[str, Any] = dict(pending.set)
     for name, amount in pending.add.items():
         fields[name] = ("add", amount)
+    beat, now = driver.beat, time.monotonic()
+    due = beat is None or now >= beat.renewed + lease_seconds() / 3
     last, cancelled = fence_write(
-        driver.lease, fields, len(pending.events), status_was=pending.status_was
+        driver.lease, fields, len(pending.events), status_was=pending.status_was, extend=due
     )
+    if due and beat is not None:  # a renewal once it is committed, counted from before it
+        transaction.on_commit(partial(_renewed, beat, now))
     driver.cancelled = driver.cancelled or cancelled
     first = last - len(pending.events) + 1
     return [
         RunEvent(run_id=driver.lease.run_id, seq=first + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(pending.events)
     ]
+
+
+def _renewed(beat: Any, at: float) -> None:
+    beat.renewed = max(beat.renewed, at)
 
 
 def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:
