@@ -15,16 +15,36 @@ from django.db.models import Max
 from .models import Message, Run
 
 
-def messages_for_api(rows: list[Message]) -> list[dict[str, Any]]:
-    """Consecutive rows of the same role are joined into one message."""
-    messages: list[dict[str, Any]] = []
-    for row in rows:
-        blocks = _blocks(row.content)
-        if messages and messages[-1]["role"] == row.role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": row.role, "content": list(blocks)})
-    return messages
+class ApiMessages:
+    """A claim's rows as the Messages API wants them, consecutive rows of one role joined
+    into one message; kept as the rows grow: a loop's turn adds two rows to a conversation
+    of hundreds, so only the rows added since are converted (the last message is replaced
+    by a longer one when the next row has its role). Rows a claim holds are never changed,
+    only appended to; another list (read again) is converted whole. A message once
+    returned is never changed: the list is."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._done = 0
+        self._last: Message | None = None
+
+    def of(self, rows: list[Message]) -> list[dict[str, Any]]:
+        if not self._done or len(rows) < self._done or rows[self._done - 1] is not self._last:
+            self.messages, self._done = [], 0
+        for row in rows[self._done :]:
+            _message_add(self.messages, row)
+        self._done, self._last = len(rows), rows[-1] if rows else None
+        return self.messages
+
+
+def _message_add(messages: list[dict[str, Any]], row: Message) -> None:
+    """The row joins the last message when it has its role: as a new message, since the
+    old one was sent (and may be held) as it was."""
+    blocks = _blocks(row.content)
+    if messages and messages[-1]["role"] == row.role:
+        messages[-1] = {"role": row.role, "content": [*messages[-1]["content"], *blocks]}
+    else:
+        messages.append({"role": row.role, "content": blocks})
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

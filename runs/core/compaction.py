@@ -516,9 +516,11 @@ def compact(
         sizes = [estimate_tokens(message) for message in messages]
     before = sum(sizes)
     best = Compacted(list(messages), 1, (), (), before, before, valid)
+    if before <= thresholds.whole_tokens:
+        return best
     turns = _turns(len(messages))
     old = turns[: max(len(turns) - thresholds.keep_recent_turns, 0)]
-    if before <= thresholds.whole_tokens or not old:
+    if not old:
         return best
 
     # Tier 2: summarize the oldest turns, one at a time, until the prompt fits.

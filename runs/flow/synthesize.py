@@ -18,7 +18,7 @@ from policies.core.tokenizer import ByteEstimate, utf8_length
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.effective_config import effective_config
 
-from ..conversation import message_append, message_new, messages_for_api
+from ..conversation import message_append, message_new
 from ..core import loop
 from ..core import status as run_status
 from ..core.compaction import Compacted, Thresholds, compact, estimate_tokens
@@ -162,7 +162,7 @@ def _model_turn(
         except ModelError as error:
             return run_fail(driver, str(error))
     agent = run.agent
-    messages = messages_for_api(driver.rows)
+    messages = driver.api.of(driver.rows)
     compacted = compact(
         messages,
         Thresholds(
