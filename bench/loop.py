@@ -13,7 +13,9 @@ named ``bench-loop``. ``--profile`` adds a cProfile of one run driven in this pr
    readSource of a tiny file (in a child process, like every workspace tool). Harness: from
    the event before the first model.turn to the 50th tool.call event, divided by 50. Floor:
    ReplayModel.complete plus the same tool executed as the harness executes it (run_isolated,
-   or searchDocs in-process), the messages kept in a list, nothing persisted.
+   or searchDocs in-process), the messages kept in a list, nothing persisted. Each round
+   times ``--runs`` runs of each, alternately, after one untimed run; the overhead is the
+   median of harness minus floor.
 2. Storage of the 50-step searchDocs run: the bytes of its rows (SQLite: the byte lengths of
    every column; PostgreSQL: pg_column_size of each row).
 3. Approval decision -> the run's next event: runs that patch a draft and wait for the commit
@@ -218,28 +220,37 @@ def floor_run(fx: dict[str, Any], tool: str, path: Path, steps: int) -> dict[str
     return {"step": took / steps, "tool": in_tool / steps}
 
 
-def bench_steps(fx: dict[str, Any], steps: int, *, warm: bool) -> tuple[Run, float]:
-    """``warm``: one untimed run of each tool first, as the peer warms up before it times:
-    the worker's first run starts its fork server and opens its connections."""
+def bench_steps(fx: dict[str, Any], steps: int, *, warm: bool, runs: int) -> tuple[Run, float]:
+    """Per tool, ``runs`` runs in the worker, each followed by the floor's: the medians of
+    both and of their differences (the overhead), as the peer times each configuration
+    several times. ``warm``: one untimed run of each tool first, as the peer warms up
+    before it times: the worker's first run starts its fork server and opens its
+    connections."""
     kept, headline = None, 0.0
     for tool, where in (("searchDocs", "in-process"), ("readSource", "child process")):
         request, path = loop_script(tool, steps)
         floor_run(fx, tool, path, 1)  # warm: the doc index, imports, the page cache
         if warm:
             harness_run(fx, request, steps)
-        run, harness = harness_run(fx, request, steps)
-        floor = floor_run(fx, tool, path, steps)
-        overhead = harness["step"] - floor["step"]
+        pairs = []
+        for _ in range(runs):
+            run, harness = harness_run(fx, request, steps)
+            pairs.append((harness, floor_run(fx, tool, path, steps)))
+        overhead = statistics.median(h["step"] - f["step"] for h, f in pairs)
+        step = statistics.median(h["step"] for h, _ in pairs)
+        floor = statistics.median(f["step"] for _, f in pairs)
         print(
-            f"{tool + ' (' + where + ')':<24}{harness['step'] * 1000:7.2f} ms"
-            f"{harness['median'] * 1000:7.2f} ms{floor['step'] * 1000:7.2f} ms"
-            f"{overhead * 1000:7.2f} ms{harness['step'] / floor['step']:7.2f}x"
-            f"   {harness['run'] * 1000:.2f} ms"
+            f"{tool + ' (' + where + ')':<24}{step * 1000:7.2f} ms"
+            f"{statistics.median(h['median'] for h, _ in pairs) * 1000:7.2f} ms"
+            f"{floor * 1000:7.2f} ms{overhead * 1000:7.2f} ms{step / floor:7.2f}x"
+            f"   {statistics.median(h['run'] for h, _ in pairs) * 1000:.2f} ms"
         )
-        if harness["tool"]:
+        if pairs[0][0]["tool"]:
+            child = statistics.median(h["tool"] for h, _ in pairs)
+            bare = statistics.median(f["tool"] for _, f in pairs)
             print(
                 f"{'':<24}of which the tool's child process: harness "
-                f"{harness['tool'] * 1000:.1f} ms, floor {floor['tool'] * 1000:.1f} ms"
+                f"{child * 1000:.1f} ms, floor {bare * 1000:.1f} ms"
             )
         if kept is None:
             kept, headline = run, overhead
@@ -282,7 +293,7 @@ def peer_database() -> Iterator[str]:
             cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
-def bench_rounds(fx: dict[str, Any], steps: int, rounds: int, peer: Path | None) -> Any:
+def bench_rounds(fx: dict[str, Any], steps: int, rounds: int, peer: Path | None, runs: int) -> Any:
     """Our loop and LangGraph's, alternately, ``rounds`` times: a machine's drift hits both."""
     vendor = "postgres" if connection.vendor == "postgresql" else "sqlite"
     print(f"1. per agent step, {steps}-step runs in a real Celery worker, everything persisted")
@@ -303,7 +314,7 @@ def bench_rounds(fx: dict[str, Any], steps: int, rounds: int, peer: Path | None)
                 f"{'tool':<24}{'harness':>10}{'(median)':>10}{'floor':>10}{'overhead':>10}"
                 f"{'ratio':>8}   run start->end / steps"
             )
-            run, overhead = bench_steps(fx, steps, warm=i == 0)
+            run, overhead = bench_steps(fx, steps, warm=i == 0, runs=runs)
             kept = kept or run
             ours.append(overhead)
     return kept, statistics.median(ours), theirs
@@ -457,6 +468,7 @@ def main() -> None:
     parser.add_argument("--approvals", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="cProfile a run in-process")
     parser.add_argument("--rounds", type=int, default=3, help="ours and LangGraph's, alternately")
+    parser.add_argument("--runs", type=int, default=3, help="our timed runs per tool and round")
     parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     args = parser.parse_args()
     peer = args.peer_python if args.peer_python.exists() and PEER.exists() else None
@@ -471,7 +483,7 @@ def main() -> None:
                 else "production (PostgreSQL, Redis broker)"
             )
             print(f"configuration: {config}\n")
-            run, overhead, theirs = bench_rounds(fx, args.steps, args.rounds, peer)
+            run, overhead, theirs = bench_rounds(fx, args.steps, args.rounds, peer, args.runs)
             size = storage(run, args.steps)
             bench_approvals(fx, args.approvals)
             goals(overhead, size, theirs)
