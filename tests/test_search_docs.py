@@ -82,3 +82,23 @@ def test_query_syntax_never_breaks_the_search(docs, query):
     assert record.status in ("ok", "error")
     if record.status == "error":
         assert record.error == "The query has no words to search for."
+
+
+def test_an_unchanged_tree_is_checked_without_a_lock_or_the_documents_text(docs):
+    """Most searches find the disk as the index has it: one read of what was indexed (by
+    modification time and size, never the documents' text), and no write or lock."""
+    from django.test.utils import CaptureQueriesContext
+
+    doc_index_refresh(docs)
+    with CaptureQueriesContext(connection) as queries:
+        assert doc_index_refresh(docs) == 0
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert len(statements) == 1, statements
+    assert '"content"' not in statements[0] and "FOR UPDATE" not in statements[0]
+    (docs.root_path / "docs" / "other.md").write_text("# Logging\n\nLogs go to a file.\n")
+    with CaptureQueriesContext(connection) as queries:
+        assert doc_index_refresh(docs) == 1
+    assert not any(
+        '"content"' in q["sql"] and q["sql"].lstrip().upper().startswith("SELECT")
+        for q in queries.captured_queries
+    )

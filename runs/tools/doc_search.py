@@ -47,46 +47,76 @@ def doc_index_refresh(workspace: Workspace, *, timeout: float = SCAN_TIMEOUT_SEC
     1. The files are walked and read in a tool child under ``timeout`` (``doc_scan.py``):
        a FIFO, a device or a slow disk stops there, and a cancel stops it too.
     2. Only then, with every byte in hand, one transaction updates the index: no file is
-       read while it holds the database (SQLite's write lock above all).
+       read while it holds the database (SQLite's write lock above all). When the disk
+       holds what the index says (most searches), nothing is written and no lock taken.
+
+    The index's entries are read without their text: what was indexed is known by each
+    file's modification time and size.
     """
-    known = {e.path: e for e in DocIndexEntry.objects.filter(workspace=workspace)}
+    known = {
+        path: [mtime_ns, size]
+        for path, mtime_ns, size in _entries(workspace).values_list("path", "mtime_ns", "size")
+    }
     reply = run_isolated(
         impl=SCAN,
         root=str(Path(workspace.root).resolve()),
         drafts=str(workspace.drafts_path),
-        args={"known": {p: [e.mtime_ns, e.size] for p, e in known.items()}},
+        args={"known": known},
         timeout=timeout,
     )
     if not reply.get("ok"):
         raise ScanFailed(reply)
     present, texts = reply["present"], reply["texts"]
     keep = set(present) | set(reply.get("deferred", []))
+    if not texts and keep >= known.keys():
+        return 0
+    return _index_write(workspace, present, texts, keep)
+
+
+def _index_write(
+    workspace: Workspace, present: dict[str, list[int]], texts: dict[str, str], keep: set[str]
+) -> int:
+    """The index made to hold ``texts`` (what changed on disk, read with its modification
+    time and size in ``present``), without what is no longer in ``keep``; in one
+    transaction. Runs of one workspace refresh at once (a threaded worker): one at a time
+    past its start (the workspace's row locked; SQLite's write lock does it alone), each
+    reading the index again, so a document another refresh just indexed is kept."""
     changed = 0
     with transaction.atomic():
-        # Runs of one workspace refresh at once (a threaded worker): one at a time past
-        # here (the workspace's row locked; SQLite's write lock does it alone), each
-        # reading the index again, so a document another refresh just indexed is kept.
         list(Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk"))
-        known = {e.path: e for e in DocIndexEntry.objects.filter(workspace=workspace)}
-        for path, entry in known.items():
+        entries = {e.path: e for e in _entries(workspace).only("id", "path", "mtime_ns", "size")}
+        for path, entry in entries.items():
             if path not in keep:
                 _fts_delete(entry.pk)
                 entry.delete()
                 changed += 1
         for path, text in texts.items():
-            indexed = known.get(path)
-            if indexed is None:
-                indexed = DocIndexEntry(workspace=workspace, path=path)
-            elif [indexed.mtime_ns, indexed.size] == list(present[path]):
+            indexed = entries.get(path)
+            if indexed is not None and [indexed.mtime_ns, indexed.size] == list(present[path]):
                 continue  # indexed by a refresh that ran meanwhile
-            else:
-                _fts_delete(indexed.pk)
-            indexed.title, indexed.content = _title(text, path), text
-            indexed.mtime_ns, indexed.size = present[path]
-            indexed.save()
-            _fts_insert(indexed)
+            _document_write(workspace, indexed, path, text, present[path])
             changed += 1
     return changed
+
+
+def _document_write(
+    workspace: Workspace, indexed: Any, path: str, text: str, stat: list[int]
+) -> None:
+    title, (mtime_ns, size) = _title(text, path), stat
+    if indexed is None:
+        indexed = DocIndexEntry.objects.create(
+            workspace=workspace, path=path, title=title, content=text, mtime_ns=mtime_ns, size=size
+        )
+    else:
+        _fts_delete(indexed.pk)
+        indexed.title, indexed.content = title, text
+        indexed.mtime_ns, indexed.size = mtime_ns, size
+        indexed.save(update_fields=["title", "content", "mtime_ns", "size"])
+    _fts_insert(indexed)
+
+
+def _entries(workspace: Workspace) -> Any:
+    return DocIndexEntry.objects.filter(workspace=workspace)
 
 
 def _fts_delete(pk: int) -> None:
