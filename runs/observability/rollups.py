@@ -116,20 +116,24 @@ def run_contribution(run_id: Any, *, status: str | None = None) -> dict[str, Any
 
 def cell_locked(rollup_model: Any, day: date, agent_id: Any, workspace_id: Any) -> Any:
     """The cell's row, created if missing, locked until the caller's transaction ends."""
-    rollup_model.objects.bulk_create(
-        [rollup_model(day=day, agent_id=agent_id, workspace_id=workspace_id, data={})],
-        ignore_conflicts=True,
-    )
-    return rollup_model.objects.select_for_update().get(
-        day=day, agent_id=agent_id, workspace_id=workspace_id
-    )
+    key = {"day": day, "agent_id": agent_id, "workspace_id": workspace_id}
+    return _locked(rollup_model, key, rollup_model(**key, data={}))
 
 
 def total_locked(total_model: Any, day: date) -> Any:
     """The day's total row, created if missing, locked until the caller's transaction ends.
     Always taken after the cells it sums, everywhere, so two writers never deadlock."""
-    total_model.objects.bulk_create([total_model(day=day, data={})], ignore_conflicts=True)
-    return total_model.objects.select_for_update().get(day=day)
+    return _locked(total_model, {"day": day}, total_model(day=day, data={}))
+
+
+def _locked(model: Any, key: dict[str, Any], empty: Any) -> Any:
+    """The row of ``key`` locked, created first only when missing (once a day per cell):
+    a row another writer creates meanwhile is kept, and then locked."""
+    try:
+        return model.objects.select_for_update().get(**key)
+    except model.DoesNotExist:
+        model.objects.bulk_create([empty], ignore_conflicts=True)
+        return model.objects.select_for_update().get(**key)
 
 
 def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
