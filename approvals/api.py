@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_console.roles import may_decide
-from harness_console.web.api import service_call
+from harness_console.web.api import ModelFieldsOnce, service_call
 from runs.approval_outcomes import approval_decide, approvals_decide_group
 
 from .core.hunks import hunks_of
@@ -31,7 +31,7 @@ class IsApprover(BasePermission):
         return may_decide(request.user)
 
 
-class DecisionSerializer(serializers.ModelSerializer):
+class DecisionSerializer(ModelFieldsOnce):
     user: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -56,7 +56,7 @@ class HunkSerializer(serializers.Serializer):
     header = serializers.CharField()
 
 
-class ApprovalSerializer(serializers.ModelSerializer):
+class ApprovalSerializer(ModelFieldsOnce):
     """Read only: the API decides through ``decide`` and can change nothing else (A6)."""
 
     run = serializers.UUIDField(source="run_id", read_only=True)

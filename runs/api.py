@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_console.roles import may_see_runs, may_submit_runs
-from harness_console.web.api import service_call
+from harness_console.web.api import ModelFieldsOnce, service_call
 from policies.models import Agent, Workspace
 
 from .core import status as run_status
@@ -39,7 +39,7 @@ class CanSeeRuns(BasePermission):
         return may_see_runs(request.user)
 
 
-class StepSerializer(serializers.ModelSerializer):
+class StepSerializer(ModelFieldsOnce):
     step_id = serializers.CharField(source="name")
 
     class Meta:
@@ -59,7 +59,7 @@ class StepSerializer(serializers.ModelSerializer):
         ]
 
 
-class ToolCallSerializer(serializers.ModelSerializer):
+class ToolCallSerializer(ModelFieldsOnce):
     approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
     )
@@ -84,7 +84,7 @@ class ToolCallSerializer(serializers.ModelSerializer):
         ]
 
 
-class ModelCallSerializer(serializers.ModelSerializer):
+class ModelCallSerializer(ModelFieldsOnce):
     """One model call with its token use and what it cost (SPEC O4): ``cost_basis`` says
     whether the cost is reported (the provider's counts), estimated (counted here) or
     unpriced (no price for the model: ``cost_usd`` is null). ``context`` is what the
@@ -114,7 +114,7 @@ class ModelCallSerializer(serializers.ModelSerializer):
         ]
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(ModelFieldsOnce):
     """The run record of SPEC R7."""
 
     run_id = serializers.UUIDField(source="id", read_only=True)
@@ -256,7 +256,7 @@ class AnswerSerializer(serializers.Serializer):
     answers = serializers.DictField(child=serializers.CharField(max_length=2000), allow_empty=False)
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(ModelFieldsOnce):
     class Meta:
         model = RunEvent
         fields = ["seq", "type", "payload", "created_at"]
