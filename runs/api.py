@@ -89,7 +89,8 @@ class ModelCallSerializer(ModelFieldsOnce):
     whether the cost is reported (the provider's counts), estimated (counted here) or
     unpriced (no price for the model: ``cost_usd`` is null). ``context`` is what the
     prompt held (B12): each system layer's tokens against its budget with what it dropped
-    or cut and why, the tool definitions, the conversation after compaction and its tier."""
+    or cut and why (left out when nothing), the tool definitions, the conversation after
+    compaction and its tier."""
 
     cost_usd = serializers.DecimalField(max_digits=20, decimal_places=9, read_only=True)
     price_version = serializers.IntegerField(source="price.version", default=None, read_only=True)

@@ -199,3 +199,35 @@ def test_the_run_page_draws_a_stacked_bar_of_each_turn_s_layers(
     expect(chart.locator("g.trace.bars").nth(1).locator("path")).to_have_count(3)
     expect(chart.locator(".legend")).to_contain_text("instruction_files")
     expect(page.locator('#turns-table tr[data-turn="3"]')).to_contain_text("tier 2")
+
+
+def test_a_layer_that_cut_and_dropped_nothing_is_kept_short():
+    """Kept with every turn of every run: a layer says what it cut or dropped only when it
+    did, and the table reads both shapes alike."""
+    from types import SimpleNamespace
+
+    from policies.core.assembler import Dropped, Kept
+    from runs.core.turn_figures import layer_figures
+
+    def layer(name, tokens, budget, kept, dropped=()):
+        return SimpleNamespace(name=name, tokens=tokens, budget=budget, kept=kept, dropped=dropped)
+
+    quiet = layer("identity", 40, 2000, (Kept("a", 40, False),))
+    busy = layer(
+        "instruction_files",
+        900,
+        1000,
+        (Kept("file:AGENTS.md", 900, True),),
+        (Dropped("file:d/AGENTS.md", 10, "over budget"),),
+    )
+    assert layer_figures([quiet, busy]) == [
+        {"name": "identity", "tokens": 40, "budget": 2000},
+        {
+            "name": "instruction_files",
+            "tokens": 900,
+            "budget": 1000,
+            "truncated": ["file:AGENTS.md"],
+            "dropped": [{"source": "file:d/AGENTS.md", "tokens": 10, "reason": "over budget"}],
+            "dropped_count": 1,
+        },
+    ]

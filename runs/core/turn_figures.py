@@ -26,26 +26,28 @@ IN_CONVERSATION: Final = "task_state"
 
 
 def layer_figures(layers: Iterable[LayerResult]) -> list[dict[str, Any]]:
-    """The system prompt's layers as sent: name, tokens, budget, whether a unit was cut
-    (and which), and the units dropped with each one's reason (the first twenty)."""
+    """The system prompt's layers as sent: name, tokens, budget, and, when there are, the
+    units cut (``truncated``) and the units dropped with each one's reason (``dropped``,
+    the first twenty, of ``dropped_count``). A layer that cut and dropped nothing says so
+    by leaving them out: most layers of most turns, kept with every turn of every run."""
     figures = []
     for layer in layers:
         if layer.name == IN_CONVERSATION:
             continue
-        dropped = list(layer.dropped)
-        figures.append(
-            {
-                "name": layer.name,
-                "tokens": layer.tokens,
-                "budget": layer.budget,
-                "truncated": [k.source_id for k in layer.kept if k.truncated],
-                "dropped": [
-                    {"source": d.source_id, "tokens": d.tokens, "reason": d.reason}
-                    for d in dropped[:MAX_DROPPED]
-                ],
-                "dropped_count": len(dropped),
-            }
-        )
+        figure: dict[str, Any] = {
+            "name": layer.name,
+            "tokens": layer.tokens,
+            "budget": layer.budget,
+        }
+        if truncated := [k.source_id for k in layer.kept if k.truncated]:
+            figure["truncated"] = truncated
+        if dropped := list(layer.dropped):
+            figure["dropped"] = [
+                {"source": d.source_id, "tokens": d.tokens, "reason": d.reason}
+                for d in dropped[:MAX_DROPPED]
+            ]
+            figure["dropped_count"] = len(dropped)
+        figures.append(figure)
     return figures
 
 
