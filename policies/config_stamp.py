@@ -1,4 +1,5 @@
-"""A stamp that changes whenever anything a tool call is decided by changes (SPEC P3–P7).
+"""A stamp that changes whenever anything a tool call is decided by changes (SPEC P3–P7),
+or a model call's price (SPEC O4).
 
 A worker driving a run keeps the run's policy, rules, tool definitions, hook bindings and
 grants in memory instead of reading them again before every tool call; it reads this stamp
@@ -28,7 +29,7 @@ STAMP_SECONDS = 7 * 24 * 3600
 # reads its rows again at least this often.
 MAX_AGE_SECONDS = 30.0
 
-# Models whose rows decide tool calls; a save or delete of any moves the stamp.
+# Models whose rows a worker keeps in memory; a save or delete of any moves the stamp.
 MODELS = (
     "policies.Agent",
     "policies.Policy",
@@ -37,6 +38,7 @@ MODELS = (
     "policies.HookBinding",
     "policies.McpServer",
     "runs.SessionGrant",
+    "runs.ModelPrice",  # not a decision's: the price table a worker keeps moves it too
 )
 
 

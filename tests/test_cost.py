@@ -97,6 +97,30 @@ def test_a_new_version_prices_later_calls_and_leaves_recorded_ones(personas):
     assert (unknown.cost_usd, unknown.basis, unknown.price_id) == (None, "unpriced", None)
 
 
+def test_a_process_keeps_the_price_table_until_a_saved_version_moves_the_stamp(
+    personas, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    """Every model call is priced: a worker reads the table once, not at each call; a
+    version saved by another process (no prices_changed here) is seen once committed."""
+    tokens = cost.Tokens(input=1_000_000)
+    call_cost(model="claude-test-2", tokens=tokens, reported=True, at=timezone.now())
+    with django_assert_num_queries(0):
+        unpriced = call_cost(model="claude-test-2", tokens=tokens, reported=True, at=timezone.now())
+    assert unpriced.basis == "unpriced"
+    with django_capture_on_commit_callbacks(execute=True):  # saved as another process would
+        added = ModelPrice.objects.create(
+            model="claude-test-2",
+            version=1,
+            effective_from=timezone.now() - timedelta(days=1),
+            input_per_mtok=Decimal(3),
+            output_per_mtok=Decimal(15),
+            cache_write_per_mtok=Decimal("3.75"),
+            cache_read_per_mtok=Decimal("0.3"),
+        )
+    priced = call_cost(model="claude-test-2", tokens=tokens, reported=True, at=timezone.now())
+    assert (priced.cost_usd, priced.price_id) == (Decimal(3), added.pk)
+
+
 @pytest.mark.django_db
 def test_the_admin_saves_a_changed_price_as_a_new_version(client, personas):
     price = price_version_create(

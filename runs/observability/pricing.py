@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+
+from policies.config_stamp import MAX_AGE_SECONDS, config_stamp
 
 from ..models import ModelPrice
 from .core import cost as core
 
-CACHE_KEY = "harness:prices:v1"
-CACHE_SECONDS = 60
+# This process's copy of the table: (the config stamp it was read under, when, the table).
+_held: tuple[str, float, list[core.Price]] | None = None
 
 
 @dataclass(frozen=True)
@@ -26,28 +28,36 @@ class CallCost:
 
 
 def prices() -> list[core.Price]:
-    """Every price version, cached briefly: a worker prices every model call, and a new
-    version in the admin clears the cache (``prices_changed``)."""
-    found = cache.get(CACHE_KEY)
-    if found is None:
-        found = [
-            core.Price(
-                id=row.pk,
-                model=row.model,
-                effective_from=row.effective_from,
-                input=row.input_per_mtok,
-                output=row.output_per_mtok,
-                cache_write=row.cache_write_per_mtok,
-                cache_read=row.cache_read_per_mtok,
-            )
-            for row in ModelPrice.objects.all()
-        ]
-        cache.set(CACHE_KEY, found, CACHE_SECONDS)
+    """Every price version. A worker prices every model call: each process keeps the table
+    while the config stamp holds (``policies.config_stamp``: one ``stat``, or one small
+    read of the cache every process shares), at most ``MAX_AGE_SECONDS``. A saved price
+    version moves the stamp once it is committed, so the table read again has it."""
+    global _held
+    stamp, now = config_stamp(), time.monotonic()
+    held = _held
+    if held is not None and held[0] == stamp and now - held[1] < MAX_AGE_SECONDS:
+        return held[2]
+    found = [
+        core.Price(
+            id=row.pk,
+            model=row.model,
+            effective_from=row.effective_from,
+            input=row.input_per_mtok,
+            output=row.output_per_mtok,
+            cache_write=row.cache_write_per_mtok,
+            cache_read=row.cache_read_per_mtok,
+        )
+        for row in ModelPrice.objects.all()
+    ]
+    _held = (stamp, now, found)
     return found
 
 
 def prices_changed() -> None:
-    cache.delete(CACHE_KEY)
+    """This process reads the table again at its next call (its own new version, before
+    the commit moves the stamp for everyone)."""
+    global _held
+    _held = None
 
 
 def call_cost(
@@ -79,7 +89,7 @@ def price_version_create(*, source: ModelPrice, user: Any = None) -> ModelPrice:
         except IntegrityError:
             source.pk = None
             continue
-        prices_changed()  # for this transaction's own next calls
-        transaction.on_commit(prices_changed)  # and for everyone once it is visible
+        prices_changed()  # for this transaction's own next calls; the commit moves the
+        # config stamp, and every process reads the table again
         return source
     raise IntegrityError(f"Could not number a new price version for {source.model}.")
