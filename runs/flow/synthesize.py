@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
 from policies.context import context_build
@@ -18,6 +17,7 @@ from policies.core.tokenizer import ByteEstimate, utf8_length
 from policies.core.tool_specs import BUILTIN_TOOLS
 from policies.effective_config import effective_config
 
+from ..connections import connection_return
 from ..conversation import message_append, message_new
 from ..core import loop
 from ..core import status as run_status
@@ -177,10 +177,10 @@ def _model_turn(
     span = telemetry.chat_started(
         run, model=driver.model, step_id=data.get("step"), turn=state.turn
     )
-    if not isinstance(driver.model, ReplayModel) and not connection.in_atomic_block:
+    if not isinstance(driver.model, ReplayModel):
         # Seconds on the network: the connection goes back to the pool meanwhile (a run
         # waiting on the model holds no database connection); the next query takes one.
-        connection.close()
+        connection_return()
     started = time.monotonic()
     try:
         reply = driver.model.complete(
