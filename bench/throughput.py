@@ -295,7 +295,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     config = "embedded (SQLite, filesystem broker)" if settings.EMBEDDED else "PostgreSQL + Redis"
-    fake = FakeAnthropic(responder(args.latency))
+    fake = FakeAnthropic(responder(args.latency), keep_alive=True)
     stack = NamedStack(
         log_dir=VAR_DIR / "logs",
         extra_env={"ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_BASE_URL": fake.url},

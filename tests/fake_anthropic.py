@@ -55,19 +55,35 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeAnthropic:
-    def __init__(self, responder: Callable[[dict[str, Any]], Answer] | None = None) -> None:
+    """``keep_alive``: answer in HTTP/1.1 and keep the connection, as the real API does, so
+    the SDK's pool reuses it; off (HTTP/1.0, a connection per call) unless a bench asks:
+    there a connection set up and torn down at every call is CPU a worker would not spend
+    against the real API."""
+
+    def __init__(
+        self,
+        responder: Callable[[dict[str, Any]], Answer] | None = None,
+        *,
+        keep_alive: bool = False,
+    ) -> None:
         self.answers: list[Answer] = []
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+            # Headers and body go in separate writes: on a kept connection Nagle's
+            # algorithm would hold the body for the client's delayed ACK (40 ms).
+            disable_nagle_algorithm = keep_alive
+
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_POST(self) -> None:  # the name http.server calls
                 length = int(self.headers.get("content-length", 0))
                 request = {
+                    "peer": self.client_address,  # a kept connection keeps its port
                     "path": self.path,
                     "headers": dict(self.headers),
                     "body": json.loads(self.rfile.read(length) or b"{}"),

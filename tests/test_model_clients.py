@@ -166,3 +166,23 @@ def test_a_broken_replay_script_is_a_clear_error(tmp_path, text):
     script.write_text(text)
     with pytest.raises(ModelError, match="replay script"):
         ReplayModel.from_file(script)
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_the_fake_api_keeps_connections_only_when_a_bench_asks(monkeypatch, keep_alive):
+    """bench/throughput.py's fake answers as the real API does, on a kept connection: a
+    connection per call would cost its workers CPU no real run spends."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    fake = FakeAnthropic(keep_alive=keep_alive)
+    try:
+        fake.answers += [
+            message([{"type": "text", "text": "One."}]),
+            message([{"type": "text", "text": "Two."}]),
+        ]
+        client = model(fake)
+        texts = [client.complete(system=SYSTEM, messages=HELLO, tools=[]).text for _ in range(2)]
+    finally:
+        fake.close()
+    assert texts == ["One.", "Two."]
+    peers = {request["peer"] for request in fake.requests}
+    assert len(peers) == (1 if keep_alive else 2)
