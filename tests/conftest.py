@@ -308,7 +308,8 @@ def fresh_instruction_cache() -> None:
 
     instruction_cache.instructions_invalidate()
     instruction_cache._memo.clear()
-    # The same for the price table: a flushed database loses the prices the cache names.
+    # The same for the price table this process keeps: a flush removes its rows without
+    # moving the stamp that tags it.
     from runs.observability.pricing import prices_changed
 
     prices_changed()
