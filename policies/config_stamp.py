@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 import uuid
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,11 @@ STAMP_SECONDS = 7 * 24 * 3600
 # However the stamp fares (a cache that was down when it should have moved), a worker
 # reads its rows again at least this often.
 MAX_AGE_SECONDS = 30.0
+# What a process keeps under the stamp (stamp_kept): at most this many entries.
+MAX_ENTRIES = 1024
+
+_lock = threading.Lock()
+_entries: dict[Hashable, tuple[str, float, Any]] = {}
 
 # Models whose rows a worker keeps in memory; a save or delete of any moves the stamp.
 MODELS = (
@@ -106,3 +114,30 @@ def _file_replaced() -> None:
 def config_row_changed(sender: Any, **kwargs: Any) -> None:
     """post_save / post_delete receiver for the models in MODELS."""
     config_changed()
+
+
+def stamp_kept[T](key: Hashable, stamp: str, load: Callable[[], T]) -> T:
+    """What ``load`` returns, kept by this process under ``key`` while the stamp is
+    ``stamp`` and for at most ``MAX_AGE_SECONDS``. Read the stamp *before* the rows: a
+    load that raced an edit is tagged with the older stamp and read again at the next
+    look. Shared by the process's threads: keep values nobody writes to."""
+    now = time.monotonic()
+    entry = _entries.get(key)
+    if entry is not None and entry[0] == stamp and now - entry[1] < MAX_AGE_SECONDS:
+        value: T = entry[2]
+        return value
+    value = load()
+    with _lock:
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+        _entries[key] = (stamp, now, value)
+    return value
+
+
+def stamp_kept_forget(key: Hashable | None = None) -> None:
+    """Drop what is kept under ``key``, or everything: this process reads it again."""
+    with _lock:
+        if key is None:
+            _entries.clear()
+        else:
+            _entries.pop(key, None)

@@ -16,23 +16,16 @@ What is kept is shared by the threads of the process: plain values (``Policy``,
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config_stamp import MAX_AGE_SECONDS
+from .config_stamp import stamp_kept, stamp_kept_forget
 from .core.hook_runner import Binding
 from .core.permissions import Policy
 from .hooks import hook_bindings_for
 from .models import McpServer, ToolDefinition
 from .permissions import policy_for_agent
-
-MAX_ENTRIES = 1024
-
-_lock = threading.Lock()
-_entries: dict[Hashable, tuple[str, float, Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -44,33 +37,19 @@ class ToolRows:
     mcp_allowed: frozenset[str]
 
 
-def _kept[T](key: Hashable, stamp: str, load: Callable[[], T]) -> T:
-    now = time.monotonic()
-    entry = _entries.get(key)
-    if entry is not None and entry[0] == stamp and now - entry[1] < MAX_AGE_SECONDS:
-        value: T = entry[2]
-        return value
-    value = load()
-    with _lock:
-        if len(_entries) >= MAX_ENTRIES:
-            _entries.clear()
-        _entries[key] = (stamp, now, value)
-    return value
-
-
 def decision_policy(agent: Any, stamp: str) -> Policy:
     """The agent's policy (its own, or the default), as ``policy_for_agent`` reads it."""
-    return _kept(("policy", agent.policy_id), stamp, lambda: policy_for_agent(agent))
+    return stamp_kept(("policy", agent.policy_id), stamp, lambda: policy_for_agent(agent))
 
 
 def decision_hooks(agent: Any, stamp: str) -> list[Binding]:
     """The agent's enabled hook bindings, as ``hook_bindings_for`` builds them."""
-    return list(_kept(("hooks", agent.pk), stamp, lambda: hook_bindings_for(agent)))
+    return list(stamp_kept(("hooks", agent.pk), stamp, lambda: hook_bindings_for(agent)))
 
 
 def decision_tools(*, for_evals: bool, stamp: str) -> ToolRows:
     """The enabled tools and MCP allow lists (the eval set's own only for its agents)."""
-    return _kept(("tools", for_evals), stamp, lambda: tool_rows_read(for_evals=for_evals))
+    return stamp_kept(("tools", for_evals), stamp, lambda: tool_rows_read(for_evals=for_evals))
 
 
 def tool_rows_read(*, for_evals: bool) -> ToolRows:
@@ -89,5 +68,4 @@ def tool_rows_read(*, for_evals: bool) -> ToolRows:
 
 def decision_inputs_forget() -> None:
     """Drop every entry (tests that rewrite rows under a stamp they then restore)."""
-    with _lock:
-        _entries.clear()
+    stamp_kept_forget()

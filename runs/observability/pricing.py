@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -11,13 +10,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from policies.config_stamp import MAX_AGE_SECONDS, config_stamp
+from policies.config_stamp import config_stamp, stamp_kept, stamp_kept_forget
 
 from ..models import ModelPrice
 from .core import cost as core
 
-# This process's copy of the table: (the config stamp it was read under, when, the table).
-_held: tuple[str, float, list[core.Price]] | None = None
+PRICES = "prices"  # the table's key among what a process keeps under the config stamp
 
 
 @dataclass(frozen=True)
@@ -29,15 +27,13 @@ class CallCost:
 
 def prices() -> list[core.Price]:
     """Every price version. A worker prices every model call: each process keeps the table
-    while the config stamp holds (``policies.config_stamp``: one ``stat``, or one small
-    read of the cache every process shares), at most ``MAX_AGE_SECONDS``. A saved price
-    version moves the stamp once it is committed, so the table read again has it."""
-    global _held
-    stamp, now = config_stamp(), time.monotonic()
-    held = _held
-    if held is not None and held[0] == stamp and now - held[1] < MAX_AGE_SECONDS:
-        return held[2]
-    found = [
+    while the config stamp holds (``policies.config_stamp.stamp_kept``), which a saved or
+    deleted price version moves once it is committed."""
+    return stamp_kept(PRICES, config_stamp(), _prices_read)
+
+
+def _prices_read() -> list[core.Price]:
+    return [
         core.Price(
             id=row.pk,
             model=row.model,
@@ -49,15 +45,12 @@ def prices() -> list[core.Price]:
         )
         for row in ModelPrice.objects.all()
     ]
-    _held = (stamp, now, found)
-    return found
 
 
 def prices_changed() -> None:
     """This process reads the table again at its next call (its own new version, before
     the commit moves the stamp for everyone)."""
-    global _held
-    _held = None
+    stamp_kept_forget(PRICES)
 
 
 def call_cost(
