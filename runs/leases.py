@@ -137,11 +137,35 @@ def fence_write(
     and is not written either. Fields that clear the lease (a transition to a wait or an
     end) replace the fence's own extension of it; ``extend=False`` leaves the lease to the
     keeper (the token is checked all the same).
-
-    Written as SQL from the model's own column names and value conversions: this runs
-    twice per step of every run, and compiling a queryset cost more than the statement.
     """
     db = transaction.get_connection()
+    statement, params = fence_statement(
+        lease, fields, events, status_was=status_was, extend=extend, db=db
+    )
+    with db.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise fence_refused(lease, status_was)
+    return int(row[0]), row[1] is not None
+
+
+def fence_statement(
+    lease: Lease,
+    fields: dict[str, Any],
+    events: int,
+    *,
+    status_was: str | None,
+    extend: bool,
+    db: Any,
+) -> tuple[str, list[Any]]:
+    """:func:`fence_write`'s UPDATE and its parameters, returning ``event_seq`` (the last
+    number reserved) and ``cancel_requested_at``, or no row when the fence refuses.
+
+    Written as SQL from the model's own column names and value conversions: this runs at
+    every step of every run, and compiling a queryset cost more than the statement. A
+    PostgreSQL checkpoint makes it the first part of its one statement
+    (``flow.checkpoint_statement``)."""
     quote, meta = db.ops.quote_name, Run._meta
     expires = timezone.now() + timedelta(seconds=lease_seconds())
     claimable = ", ".join(["%s"] * len(CLAIMABLE))
@@ -170,16 +194,17 @@ def fence_write(
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} "  # noqa: S608 - names from the model
         "RETURNING event_seq, cancel_requested_at"  # SQLite 3.35+ and PostgreSQL
     )
-    with db.cursor() as cursor:
-        cursor.execute(statement, [*params, key, lease.token, *guard])
-        row = cursor.fetchone()
-    if row is None:
-        found = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", "status").first()
-        owner, now_status = found or ("", "gone")
-        if status_was is not None and now_status != status_was:
-            raise LeaseLost(f"Run {lease.run_id} is {now_status} now, not {status_was}.")
-        raise LeaseLost(f"Run {lease.run_id} is now leased by {owner or 'nobody'}.")
-    return int(row[0]), row[1] is not None
+    return statement, [*params, key, lease.token, *guard]
+
+
+def fence_refused(lease: Lease, status_was: str | None) -> LeaseLost:
+    """Why :func:`fence_statement` found no row: the run moved on without this worker, or
+    another holds it."""
+    found = Run.objects.filter(pk=lease.run_id).values_list("lease_owner", "status").first()
+    owner, now_status = found or ("", "gone")
+    if status_was is not None and now_status != status_was:
+        return LeaseLost(f"Run {lease.run_id} is {now_status} now, not {status_was}.")
+    return LeaseLost(f"Run {lease.run_id} is now leased by {owner or 'nobody'}.")
 
 
 class Heartbeat:

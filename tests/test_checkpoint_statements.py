@@ -1,7 +1,7 @@
 """What a run writes, statement by statement (issue 17 §3): a loop step is one
-transaction with one statement per table; the fixed flow rides three checkpoints; a
-transition the worker writes is guarded by the status it starts from; the checkpoint's
-own inserts store what Django's would."""
+transaction with one statement per table (on PostgreSQL one statement, committed by
+itself); the fixed flow rides three checkpoints; a transition the worker writes is guarded
+by the status it starts from; the checkpoint's own inserts store what Django's would."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_a_loop_step_is_one_transaction_with_one_statement_per_table(personas, a
     marks = [i for i, sql in enumerate(found) if sql.startswith("-- turn")]
     # Between the second turn and the third: the second turn's call and its step, whole.
     step = found[marks[1] + 1 : marks[2]]
-    assert tables_written(step) == [
+    tables = [
         ("UPDATE", "runs_run"),  # the fence, the loop's state, the usage, the event numbers
         ("INSERT", "runs_modelcall"),
         ("INSERT", "runs_message"),  # the assistant's turn and the tool's result, together
@@ -111,6 +111,14 @@ def test_a_loop_step_is_one_transaction_with_one_statement_per_table(personas, a
         ("INSERT", "runs_runevent"),  # model.turn and tool.call, together
     ]
     committed = [int(found[m].rsplit(" ", 1)[1]) for m in marks]
+    if connection.vendor == "postgresql":  # one statement, its own transaction
+        [statement] = [sql for sql in step if not TRANSACTION_CONTROL.match(sql)]
+        assert statement.startswith("WITH f AS (UPDATE")
+        parts = re.findall(r'(UPDATE|INSERT INTO) "(\w+)"', statement)
+        assert [(verb.split()[0], table) for verb, table in parts] == tables
+        assert committed[2] - committed[1] == 0
+        return
+    assert tables_written(step) == tables
     assert committed[2] - committed[1] == 1  # one transaction for the whole step
 
 
@@ -322,3 +330,124 @@ def test_a_step_extends_the_lease_only_when_the_keeper_is_late(personas, agent, 
     defer_event(driver, "note", {"n": 3})
     with pytest.raises(LeaseLost), checkpoint(driver):  # the token is checked all the same
         pass
+
+
+# --- PostgreSQL: a checkpoint as one statement (runs.flow.checkpoint_statement) -----------
+def _postgresql_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("a checkpoint is one statement on PostgreSQL only")
+
+
+def _claimed(personas, agent, workspace, request: str = "a") -> tuple[Run, Driver]:
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request=request,
+        dispatch=False,
+    )
+    lease = lease_claim(run_id=run.pk, worker="test@host:1")
+    assert lease is not None
+    return Run.objects.get(pk=run.pk), Driver(lease=lease, beat=Heartbeat(lease))
+
+
+def test_one_statement_stores_what_bulk_create_stores(personas, agent, workspace, api):
+    """Every model a step may insert, an artifact of the tool call inserted beside it (its
+    key checked at the commit), the run's fields and counters, and events numbered after
+    the run's last one, in one statement outside any transaction."""
+    _postgresql_only()
+    from runs.flow.checkpoints import defer_added, defer_fields, defer_row, pending_flush
+
+    ours, driver = _claimed(personas, agent, workspace)
+    theirs = run_create(
+        agent=agent, workspace=workspace, requester=personas.operator, request="b", dispatch=False
+    )
+    mine = [row for row in _rows(ours) if not isinstance(row, RunEvent)]
+    django = [row for row in _rows(theirs) if not isinstance(row, RunEvent)]
+    for row in mine:
+        defer_row(driver, row)
+    defer_fields(driver, ours, stage="synthesize")
+    defer_added(driver, ours, input_tokens=5)
+    defer_event(driver, "one", {"n": 1})
+    defer_event(driver, "two", {"n": 2})
+    before = ours.event_seq
+    with statements_and_commits() as (found, commits):
+        pending_flush(driver)
+    assert [sql.split()[0] for sql in found] == ["WITH"] and commits == [0]
+    for row in django:
+        type(row).objects.bulk_create([row])
+    for a, b in zip(mine, django, strict=True):
+        assert a.pk is not None and not a._state.adding
+        got, want = _stored(a), _stored(b)
+        for key in ("run_id", "tool_call_id"):
+            if key in want:
+                got.pop(key), want.pop(key)
+        assert got == want, type(a).__name__
+    stored = Run.objects.get(pk=ours.pk)
+    assert (stored.stage, stored.input_tokens, stored.event_seq) == ("synthesize", 5, before + 2)
+    events = list(RunEvent.objects.filter(run=ours).order_by("seq").values_list("seq", "type"))
+    assert events[-2:] == [(before + 1, "one"), (before + 2, "two")]
+    assert not driver.pending
+    lease_release(driver.lease)
+
+
+def test_one_statement_whose_fence_refuses_writes_nothing(personas, agent, workspace, api):
+    """Another worker took the run: the statement's fence finds no row, so its inserts
+    take none either; what the driver held is dropped, as a lost checkpoint's is."""
+    _postgresql_only()
+    from runs.flow.checkpoints import defer_row, pending_flush
+
+    run, driver = _claimed(personas, agent, workspace)
+    defer_row(driver, ModelCall(run=run, turn=1, model="m", text="lost"))
+    defer_row(driver, Message(run=run, index=0, role="user", kind="task", content=[]))
+    defer_event(driver, "lost", {})
+    Run.objects.filter(pk=run.pk).update(lease_token=driver.lease.token + 1, lease_owner="other")
+    with pytest.raises(LeaseLost, match="now leased by other"):
+        pending_flush(driver)
+    assert not ModelCall.objects.filter(run=run) and not Message.objects.filter(run=run)
+    assert not RunEvent.objects.filter(run=run, type="lost")
+    assert Run.objects.get(pk=run.pk).event_seq == run.event_seq
+    assert not driver.pending
+
+
+def test_one_statement_refuses_a_value_its_column_refuses(personas, agent, workspace, api):
+    """Each value is cast to its column's type without the length, so a text longer than
+    its column is an error, as in an INSERT of it, not cut short; the driver keeps what it
+    held (the run's failure then records it) and nothing is written."""
+    _postgresql_only()
+    from django.db import DataError
+
+    from runs.flow.checkpoints import defer_row, pending_flush
+
+    run, driver = _claimed(personas, agent, workspace)
+    too_long = "x" * (ModelCall._meta.get_field("model").max_length + 1)
+    defer_row(driver, ModelCall(run=run, turn=1, model=too_long, text="t"))
+    defer_event(driver, "kept", {})
+    with pytest.raises(DataError):
+        pending_flush(driver)
+    assert not ModelCall.objects.filter(run=run)
+    assert len(driver.pending.rows) == 1 and driver.pending.events == [("kept", {})]
+    driver.pending.rows[0].model = "m"
+    pending_flush(driver)
+    assert ModelCall.objects.filter(run=run, model="m").count() == 1
+    assert RunEvent.objects.filter(run=run, type="kept").count() == 1
+    lease_release(driver.lease)
+
+
+def test_a_checkpoint_too_big_for_one_statement_is_a_transaction(
+    personas, agent, workspace, api, monkeypatch
+):
+    _postgresql_only()
+    from runs.flow import checkpoint_statement
+    from runs.flow.checkpoints import pending_flush
+
+    monkeypatch.setattr(checkpoint_statement, "MAX_PARAMETERS", 10)
+    run, driver = _claimed(personas, agent, workspace)
+    for i in range(3):
+        defer_event(driver, "many", {"i": i})
+    with statements_and_commits() as (found, commits):
+        pending_flush(driver)
+    assert not [sql for sql in found if sql.startswith("WITH")] and commits == [1]
+    stored = RunEvent.objects.filter(run=run, type="many").order_by("seq")
+    assert [e.payload["i"] for e in stored] == [0, 1, 2]
+    lease_release(driver.lease)

@@ -29,6 +29,7 @@ from ..leases import Lease, LeaseLost, fence_write, fenced, lease_seconds
 from ..lifecycle import run_transition, steps_close, transition_applied, transition_planned
 from ..models import Run, RunEvent, Step, ToolCall
 from ..run_hooks import session_end
+from .checkpoint_statement import checkpoint_statement, statement_fits
 from .config import run_config
 from .driver_state import Driver, Pending
 from .outcomes import Ended, Lost
@@ -74,10 +75,30 @@ def checkpoint(driver: Driver) -> Iterator[None]:
 
 
 def pending_flush(driver: Driver) -> None:
-    """Commit what the driver holds, if anything (before a failure, a hook's event, …)."""
-    if driver.pending:
-        with checkpoint(driver):
-            pass
+    """Commit what the driver holds, if anything (a step's end, before a failure, a hook's
+    event, …): on PostgreSQL in one statement when it fits in one, else in
+    :func:`checkpoint`'s transaction."""
+    if not driver.pending:
+        return
+    if statement_fits(driver.pending):
+        pending, driver.pending = driver.pending, Pending()
+        due = _renewal_due(driver)
+        try:
+            written = checkpoint_statement(driver.lease, pending, extend=due is not None)
+        except LeaseLost:
+            raise
+        except BaseException:
+            driver.pending = pending
+            raise
+        if written is not None:
+            events, cancelled = written
+            driver.cancelled = driver.cancelled or cancelled
+            _renewed(driver, due)
+            _publish_on_commit(events)  # committed: published now
+            return
+        driver.pending = pending
+    with checkpoint(driver):
+        pass
 
 
 def defer_fields(driver: Driver, run: Run, **fields: Any) -> None:
@@ -171,13 +192,16 @@ def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
     fields: dict[str, Any] = dict(pending.set)
     for name, amount in pending.add.items():
         fields[name] = ("add", amount)
-    beat, now = driver.beat, time.monotonic()
-    due = beat is None or now >= beat.renewed + lease_seconds() / 3
+    due = _renewal_due(driver)
     last, cancelled = fence_write(
-        driver.lease, fields, len(pending.events), status_was=pending.status_was, extend=due
+        driver.lease,
+        fields,
+        len(pending.events),
+        status_was=pending.status_was,
+        extend=due is not None,
     )
-    if due and beat is not None:  # a renewal once it is committed, counted from before it
-        transaction.on_commit(partial(_renewed, beat, now))
+    if due is not None:
+        transaction.on_commit(partial(_renewed, driver, due))
     driver.cancelled = driver.cancelled or cancelled
     first = last - len(pending.events) + 1
     return [
@@ -186,8 +210,16 @@ def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
     ]
 
 
-def _renewed(beat: Any, at: float) -> None:
-    beat.renewed = max(beat.renewed, at)
+def _renewal_due(driver: Driver) -> float | None:
+    """When this checkpoint extends the lease, the time it counts from (before it), for
+    :func:`_renewed` once it is committed; else None: the keeper renewed it lately."""
+    beat, now = driver.beat, time.monotonic()
+    return now if beat is None or now >= beat.renewed + lease_seconds() / 3 else None
+
+
+def _renewed(driver: Driver, at: float | None) -> None:
+    if at is not None and driver.beat is not None:
+        driver.beat.renewed = max(driver.beat.renewed, at)
 
 
 def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:

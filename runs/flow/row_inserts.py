@@ -11,10 +11,14 @@ JSON and UUID conversion included; only the commonest values, a ``str`` of a tex
 them, the backend's adaptation of numbers included), which was most of the preparing. An
 auto-incremented key comes back by ``RETURNING`` (SQLite 3.35+ and PostgreSQL, in the
 order of the rows, which ``bulk_create`` relies on too).
+
+On PostgreSQL a checkpoint is one statement (``checkpoint_statement``): there the rows of a
+table are inserted by :func:`insert_joined`, a part of that statement.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +28,7 @@ from django.db import models, transaction
 MAX_PARAMETERS = 999
 _AUTO_KEYS = ("AutoField", "BigAutoField", "SmallAutoField")
 _statements: dict[tuple[type[models.Model], int, str], str] = {}
+_joined: dict[tuple[Any, ...], str] = {}
 # A field's value as the statement takes it, from the row and the connection.
 Prepare = Callable[[models.Model, Any], Any]
 _preparers: dict[type[models.Model], list[Prepare]] = {}
@@ -62,17 +67,64 @@ def _insert(
     rows: Sequence[models.Model],
 ) -> None:
     db = transaction.get_connection()
+    params = _values(model, fields, rows, db)
+    with db.cursor() as cursor:
+        cursor.execute(_statement(model, fields, auto, len(rows), db), params)
+        keys = [key for (key,) in cursor.fetchall()] if auto is not None else []
+    rows_inserted(rows, keys, db)
+
+
+def rows_inserted(rows: Sequence[models.Model], keys: Sequence[Any], db: Any) -> None:
+    """``rows`` are in the database now, with these auto-incremented ``keys`` (if any)."""
+    auto = type(rows[0])._meta.pk if keys else None
+    for index, row in enumerate(rows):
+        if auto is not None:
+            setattr(row, auto.attname, keys[index])
+        row._state.adding, row._state.db = False, db.alias
+
+
+def insert_joined(
+    rows: Sequence[models.Model], source: str, db: Any, computed: dict[str, str] | None = None
+) -> tuple[str, list[Any], str | None]:
+    """PostgreSQL: an INSERT of ``rows`` (new rows of one model), for a WITH clause, that
+    inserts them only if ``source`` (a CTE before it) has a row: (the statement, its
+    parameters, the auto-incremented column it returns, if any). ``computed``: a column's
+    value as an SQL expression of ``v`` (the row's own values) and ``source``'s columns.
+
+    The values come in a VALUES list joined with ``source``, each cast to its column's
+    type without a length (a cast to varchar(n) would cut a value the column refuses)."""
+    model = type(rows[0])
+    meta = model._meta
+    auto = meta.pk if meta.pk is not None and meta.pk.get_internal_type() in _AUTO_KEYS else None
+    fields = [f for f in meta.concrete_fields if f is not auto]
+    quote = db.ops.quote_name
+    key = (model, len(rows), source, tuple(sorted((computed or {}).items())))
+    statement = _joined.get(key)
+    if statement is None:
+        columns = [quote(f.column) for f in fields]
+        one = "(" + ", ".join(f"%s::{_cast(f, db)}" for f in fields) + ")"
+        given = computed or {}
+        chosen = [given.get(str(f.column), f"v.{c}") for f, c in zip(fields, columns, strict=True)]
+        returning = f" RETURNING {quote(auto.column)}" if auto is not None else ""
+        statement = _joined[key] = (
+            f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "  # noqa: S608 - names from the model
+            f"SELECT {', '.join(chosen)} FROM (VALUES {', '.join([one] * len(rows))}) "
+            f"AS v ({', '.join(columns)}) CROSS JOIN {source}{returning}"
+        )
+    return statement, _values(model, fields, rows, db), auto.column if auto else None
+
+
+def _cast(field: Any, db: Any) -> str:
+    return re.sub(r"\(.*\)", "", field.db_type(db)).strip()
+
+
+def _values(
+    model: type[models.Model], fields: list[Any], rows: Sequence[models.Model], db: Any
+) -> list[Any]:
     preparers = _preparers.get(model)
     if preparers is None:
         preparers = _preparers[model] = [_preparer(field) for field in fields]
-    params = [prepare(row, db) for row in rows for prepare in preparers]
-    with db.cursor() as cursor:
-        cursor.execute(_statement(model, fields, auto, len(rows), db), params)
-        keys = cursor.fetchall() if auto is not None else []
-    for index, row in enumerate(rows):
-        if auto is not None:
-            setattr(row, auto.attname, keys[index][0])
-        row._state.adding, row._state.db = False, db.alias
+    return [prepare(row, db) for row in rows for prepare in preparers]
 
 
 def _statement(model: type[models.Model], fields: list[Any], auto: Any, count: int, db: Any) -> str:

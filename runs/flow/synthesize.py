@@ -38,6 +38,7 @@ from .checkpoints import (
     defer_fields,
     defer_transition,
     drafts_of,
+    pending_flush,
     run_fail,
     run_fields_write,
     step_begin,
@@ -290,8 +291,7 @@ def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn
     # Held for the next checkpoint when one follows at once: the first tool call's, or
     # (the model is done) the run's end; a turn the model continues is written now.
     if turn.new_state.phase not in (loop.TOOL_EXEC, loop.TERMINATE):
-        with checkpoint(driver):
-            pass
+        pending_flush(driver)
     driver.current = True
 
 

@@ -88,8 +88,7 @@ def tool_step(
                 return Waits("approval")
     if finished is None:
         finished = _tool_finished(driver, run, state, data, record)
-        with checkpoint(driver):
-            pass
+        pending_flush(driver)
     driver.current = True
     return finished
 
@@ -175,6 +174,7 @@ def _tool_call(
             recorded=recorded if approval is None or not approval.edited_diff else None,
             definition_of=config.definition,
             defer=partial(defer_row, driver),
+            flush=partial(pending_flush, driver),
         )
     except ToolCallStarted:
         raise LeaseLost(f"Another worker runs tool call {tool_use_id} of run {run.pk}.") from None

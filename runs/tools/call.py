@@ -75,6 +75,7 @@ def tool_call_run(
     recorded: Recorded | None = None,
     definition_of: Callable[[str], ToolDefinition | None] | None = None,
     defer: Insert | None = None,
+    flush: Callable[[], None] | None = None,
 ) -> ToolCall:
     """Decide and (if allowed) run one tool call; the returned record says what happened.
 
@@ -89,14 +90,15 @@ def tool_call_run(
     ``recorded``: called with the record in it; ``definition_of``: the tool's definition;
     ``defer``: the fence's own rows (a run's checkpoint): a call with nothing for the files
     hands its new record and ``recorded``'s writes over before the fence, and the fence's
-    one transaction writes them all.
+    one transaction writes them all; ``flush``: writes what was handed over, instead of the
+    fence with nothing in it (a run's checkpoint: on PostgreSQL in one statement).
     """
     grants = grants if grants is not None else grants_for_run(run) if run is not None else ()
     record = _record(workspace, run, tool, tool_use_id, arguments, policy, user)
     if definition_of is None:
         definition_of = partial(tool_definition, for_evals=run is not None and run.agent.for_evals)
     definition = definition_of(tool)
-    final = _Final(fence, recorded, defer if recorded is not None else None)
+    final = _Final(fence, recorded, defer if recorded is not None else None, flush)
     if refused := arguments_refusal(definition, tool, arguments):
         return _refuse(record, refused, final)
     assert definition is not None and isinstance(arguments, dict)
@@ -174,8 +176,14 @@ class _Final:
     """The call's fence, and what the caller writes with the finished record in the same
     transaction (``recorded``); ``defer``: the fence inserts rows handed to it."""
 
-    def __init__(self, fence: Fence, recorded: Recorded | None, defer: Insert | None) -> None:
-        self.fence, self.recorded, self.defer = fence, recorded, defer
+    def __init__(
+        self,
+        fence: Fence,
+        recorded: Recorded | None,
+        defer: Insert | None,
+        flush: Callable[[], None] | None = None,
+    ) -> None:
+        self.fence, self.recorded, self.defer, self.flush = fence, recorded, defer, flush
 
     @contextmanager
     def recording(self, record: ToolCall) -> Iterator[None]:
@@ -190,10 +198,14 @@ class _Final:
         return self.defer is not None and record._state.adding and not (reply or {}).get("effects")
 
     def held(self, record: ToolCall) -> None:
-        """The record and the caller's writes are the fence's rows; then the fence: its one
-        transaction checks the lease and writes them all, or none."""
+        """The record and the caller's writes are the fence's rows; then the fence (or the
+        caller's ``flush``): its one transaction checks the lease and writes them all, or
+        none."""
         assert self.recorded is not None
         self.recorded(record)
+        if self.flush is not None:
+            self.flush()
+            return
         with self.fence():
             pass
 

@@ -1,0 +1,90 @@
+"""A checkpoint as one statement on PostgreSQL (SPEC R9): the fence, the run's fields and
+every new row and event of a step, sent, checked and committed in one round trip.
+
+As a transaction, a loop step's checkpoint cost PostgreSQL seven round trips: BEGIN, the
+fence, an INSERT for each of the model call, the messages, the tool call and the events,
+and COMMIT; waiting on them was most of a step's overhead. One statement is atomic by
+itself: here the fence's UPDATE is its first part (``f``), and each table's rows are
+inserted by a part that takes them from a VALUES list joined with ``f``'s row, so that a
+fence that refuses (no row) inserts nothing, and the events are numbered from the
+sequence ``f`` reserved. Data-modifying parts of a WITH run exactly once, to completion,
+on one snapshot; the foreign keys are checked at the commit (Django's are deferred), when
+every part's rows are in. Sent in autocommit, the statement is the commit.
+
+Only for what such a statement can hold: a checkpoint with nothing to do after its rows
+are in (``Pending.after``), outside any transaction, on PostgreSQL; everything else goes
+through :func:`~runs.flow.checkpoints.checkpoint`'s transaction, as on SQLite, where the
+statements cost no round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection, transaction
+
+from ..leases import Lease, fence_refused, fence_statement
+from ..models import RunEvent
+from .driver_state import Pending
+from .row_inserts import insert_joined, rows_inserted
+
+# PostgreSQL takes up to 65535 parameters in a statement; a larger step goes as a
+# transaction of several.
+MAX_PARAMETERS = 65535
+
+
+def statement_fits(pending: Pending) -> bool:
+    """Whether :func:`checkpoint_statement` can write ``pending`` now."""
+    return (
+        connection.vendor == "postgresql" and not pending.after and not connection.in_atomic_block
+    )
+
+
+def checkpoint_statement(
+    lease: Lease, pending: Pending, *, extend: bool
+) -> tuple[list[RunEvent], bool] | None:
+    """Write ``pending`` in one statement, committed when it returns: (its events,
+    numbered; whether a cancel was asked); None, having sent nothing, when it is too big
+    for one. Raises :class:`~runs.leases.LeaseLost`, having written nothing, when the
+    fence refuses; the rows get their keys."""
+    db = transaction.get_connection()
+    fields: dict[str, Any] = dict(pending.set)
+    for name, amount in pending.add.items():
+        fields[name] = ("add", amount)
+    fence, params = fence_statement(
+        lease, fields, len(pending.events), status_was=pending.status_was, extend=extend, db=db
+    )
+    parts, keyed = [f"f AS ({fence})"], []
+    tables: dict[type, list[Any]] = {}
+    for row in pending.rows:
+        tables.setdefault(type(row), []).append(row)
+    events = [
+        RunEvent(run_id=lease.run_id, seq=i + 1, type=kind, payload=payload)
+        for i, (kind, payload) in enumerate(pending.events)
+    ]
+    numbered = {"seq": f"f.event_seq - {len(events)} + v.seq"}
+    written = [same for same in [*tables.values(), events] if same]
+    for same in written:
+        insert, values, auto = insert_joined(same, "f", db, numbered if same is events else None)
+        name = f"i{len(parts)}"
+        parts.append(f"{name} AS ({insert})")
+        params += values
+        if auto is not None:
+            keys = f"ARRAY(SELECT {db.ops.quote_name(auto)} FROM {name} ORDER BY 1)"  # noqa: S608
+            keyed.append((same, keys))
+    if len(params) > MAX_PARAMETERS:
+        return None
+    columns = ", ".join(["f.event_seq", "f.cancel_requested_at", *(a for _, a in keyed)])
+    statement = f"WITH {', '.join(parts)} SELECT {columns} FROM f"  # noqa: S608 - built above
+    with db.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise fence_refused(lease, pending.status_was)
+    last, cancelled, keys = int(row[0]), row[1] is not None, row[2:]
+    ids = {id(same): got for (same, _), got in zip(keyed, keys, strict=True)}
+    for same in written:
+        rows_inserted(same, ids.get(id(same), []), db)
+    for event in events:
+        event.seq = last - len(events) + event.seq
+    return events, cancelled
