@@ -6,6 +6,7 @@ by the status it starts from; the checkpoint's own inserts store what Django's w
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -297,7 +298,6 @@ def test_a_step_extends_the_lease_only_when_the_keeper_is_late(personas, agent, 
     """The keeper renews every lease of its process every third of a lease; a step's fence
     checks the token every time but extends the lease only when neither renewed it for a
     third of one (the keeper starved, say), and then counts as a renewal."""
-    import time
     from types import SimpleNamespace
 
     from runs.leases import lease_seconds
@@ -351,26 +351,64 @@ def _claimed(personas, agent, workspace, request: str = "a") -> tuple[Run, Drive
     return Run.objects.get(pk=run.pk), Driver(lease=lease, beat=Heartbeat(lease))
 
 
-def test_one_statement_stores_what_bulk_create_stores(personas, agent, workspace, api):
-    """Every model a step may insert, an artifact of the tool call inserted beside it (its
-    key checked at the commit), the run's fields and counters, and events numbered after
-    the run's last one, in one statement outside any transaction."""
-    _postgresql_only()
-    from runs.flow.checkpoints import defer_added, defer_fields, defer_row, pending_flush
+def _more_rows(rows: list[Any], user: Any) -> list[Any]:
+    """Beside ``_rows``: a second model call with a cost and a price's key, the tool call
+    asked by a person (an integer key), a write record (bytes, a small number)."""
+    from decimal import Decimal
 
+    from runs.models import ModelPrice, WriteRecord
+
+    call = next(row for row in rows if isinstance(row, ToolCall))
+    call.requested_by = user
+    run = call.run
+    price, _ = ModelPrice.objects.get_or_create(
+        model="claude-statement-test",
+        version=1,
+        defaults={
+            "effective_from": FINISHED,
+            "input_per_mtok": Decimal(3),
+            "output_per_mtok": Decimal(15),
+            "cache_write_per_mtok": Decimal("3.75"),
+            "cache_read_per_mtok": Decimal("0.3"),
+        },
+    )
+    return [
+        *rows,
+        ModelCall(run=run, turn=2, model="m", cost_usd=Decimal("0.012345"), price=price),
+        WriteRecord(tool_call=call, order=3, path="docs/a.md", before=b"\x00a", after=None),
+    ]
+
+
+def test_one_statement_stores_what_bulk_create_stores(personas, agent, workspace, api, monkeypatch):
+    """Every model a step may insert, an artifact and a write of the tool call inserted
+    beside it (their key checked at the commit), several rows of a table in their order,
+    the run's fields and counters, events numbered after the run's last one and published
+    once committed, and the lease extended when the keeper is late, in one statement
+    outside any transaction."""
+    _postgresql_only()
+    from runs.flow import checkpoints
+    from runs.flow.checkpoints import defer_added, defer_fields, defer_row, pending_flush
+    from runs.leases import lease_seconds
+
+    published: list[list[int]] = []
+    monkeypatch.setattr(
+        checkpoints, "events_publish", lambda events: published.append([e.seq for e in events])
+    )
     ours, driver = _claimed(personas, agent, workspace)
     theirs = run_create(
         agent=agent, workspace=workspace, requester=personas.operator, request="b", dispatch=False
     )
-    mine = [row for row in _rows(ours) if not isinstance(row, RunEvent)]
-    django = [row for row in _rows(theirs) if not isinstance(row, RunEvent)]
+    user = personas.operator
+    mine = [row for row in _more_rows(_rows(ours), user) if not isinstance(row, RunEvent)]
+    django = [row for row in _more_rows(_rows(theirs), user) if not isinstance(row, RunEvent)]
     for row in mine:
         defer_row(driver, row)
     defer_fields(driver, ours, stage="synthesize")
     defer_added(driver, ours, input_tokens=5)
     defer_event(driver, "one", {"n": 1})
     defer_event(driver, "two", {"n": 2})
-    before = ours.event_seq
+    before, expires = ours.event_seq, ours.lease_expires_at
+    driver.beat.renewed -= lease_seconds() / 2  # the keeper is late: the step extends it
     with statements_and_commits() as (found, commits):
         pending_flush(driver)
     assert [sql.split()[0] for sql in found] == ["WITH"] and commits == [0]
@@ -383,31 +421,45 @@ def test_one_statement_stores_what_bulk_create_stores(personas, agent, workspace
             if key in want:
                 got.pop(key), want.pop(key)
         assert got == want, type(a).__name__
+    turns = ModelCall.objects.filter(run=ours).values_list("pk", "turn")
+    assert sorted(turns) == sorted((row.pk, row.turn) for row in mine if type(row) is ModelCall)
     stored = Run.objects.get(pk=ours.pk)
     assert (stored.stage, stored.input_tokens, stored.event_seq) == ("synthesize", 5, before + 2)
+    assert stored.lease_expires_at > expires
+    assert driver.beat.renewed > time.monotonic() - lease_seconds() / 3
     events = list(RunEvent.objects.filter(run=ours).order_by("seq").values_list("seq", "type"))
     assert events[-2:] == [(before + 1, "one"), (before + 2, "two")]
+    assert published == [[before + 1, before + 2]]
     assert not driver.pending
     lease_release(driver.lease)
 
 
-def test_one_statement_whose_fence_refuses_writes_nothing(personas, agent, workspace, api):
+def test_one_statement_whose_fence_refuses_writes_nothing(
+    personas, agent, workspace, api, monkeypatch
+):
     """Another worker took the run: the statement's fence finds no row, so its inserts
     take none either; what the driver held is dropped, as a lost checkpoint's is."""
     _postgresql_only()
+    from runs.flow import checkpoints
     from runs.flow.checkpoints import defer_row, pending_flush
 
+    published: list[Any] = []
+    monkeypatch.setattr(checkpoints, "events_publish", published.append)
     run, driver = _claimed(personas, agent, workspace)
     defer_row(driver, ModelCall(run=run, turn=1, model="m", text="lost"))
     defer_row(driver, Message(run=run, index=0, role="user", kind="task", content=[]))
     defer_event(driver, "lost", {})
     Run.objects.filter(pk=run.pk).update(lease_token=driver.lease.token + 1, lease_owner="other")
-    with pytest.raises(LeaseLost, match="now leased by other"):
+    with (
+        statements_and_commits() as (found, _),
+        pytest.raises(LeaseLost, match="now leased by other"),
+    ):
         pending_flush(driver)
+    assert found[0].startswith("WITH f AS (UPDATE")  # then the refusal's own reading
     assert not ModelCall.objects.filter(run=run) and not Message.objects.filter(run=run)
     assert not RunEvent.objects.filter(run=run, type="lost")
     assert Run.objects.get(pk=run.pk).event_seq == run.event_seq
-    assert not driver.pending
+    assert not driver.pending and not published
 
 
 def test_one_statement_refuses_a_value_its_column_refuses(personas, agent, workspace, api):
@@ -423,8 +475,9 @@ def test_one_statement_refuses_a_value_its_column_refuses(personas, agent, works
     too_long = "x" * (ModelCall._meta.get_field("model").max_length + 1)
     defer_row(driver, ModelCall(run=run, turn=1, model=too_long, text="t"))
     defer_event(driver, "kept", {})
-    with pytest.raises(DataError):
+    with statements_and_commits() as (found, _), pytest.raises(DataError):
         pending_flush(driver)
+    assert [sql.split()[0] for sql in found] == ["WITH"]
     assert not ModelCall.objects.filter(run=run)
     assert len(driver.pending.rows) == 1 and driver.pending.events == [("kept", {})]
     driver.pending.rows[0].model = "m"

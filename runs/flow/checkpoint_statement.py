@@ -12,9 +12,9 @@ on one snapshot; the foreign keys are checked at the commit (Django's are deferr
 every part's rows are in. Sent in autocommit, the statement is the commit.
 
 Only for what such a statement can hold: a checkpoint with nothing to do after its rows
-are in (``Pending.after``), outside any transaction, on PostgreSQL; everything else goes
-through :func:`~runs.flow.checkpoints.checkpoint`'s transaction, as on SQLite, where the
-statements cost no round trip.
+are in (``Pending.after``), outside any transaction, in autocommit, on PostgreSQL;
+everything else goes through :func:`~runs.flow.checkpoints.checkpoint`'s transaction, as
+on SQLite, where the statements cost no round trip.
 """
 
 from __future__ import annotations
@@ -28,15 +28,19 @@ from ..models import RunEvent
 from .driver_state import Pending
 from .row_inserts import insert_joined, rows_inserted
 
-# PostgreSQL takes up to 65535 parameters in a statement; a larger step goes as a
-# transaction of several.
+# A bound on the statement's size: Django's cursor binds the values client-side (in the
+# text), and with server-side binding PostgreSQL takes at most 65535 parameters. A larger
+# checkpoint (a compaction's rows, say) goes as a transaction of several statements.
 MAX_PARAMETERS = 65535
 
 
 def statement_fits(pending: Pending) -> bool:
     """Whether :func:`checkpoint_statement` can write ``pending`` now."""
     return (
-        connection.vendor == "postgresql" and not pending.after and not connection.in_atomic_block
+        connection.vendor == "postgresql"
+        and not pending.after
+        and not connection.in_atomic_block
+        and connection.get_autocommit()  # else the statement would not commit by itself
     )
 
 
