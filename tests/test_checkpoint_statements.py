@@ -203,6 +203,18 @@ def _stored(row: Any) -> dict[str, Any]:
     return {k: v for k, v in found.items() if k not in ("created_at", "started_at")}
 
 
+def _stored_alike(mine: list[Any], django: list[Any]) -> None:
+    """Our rows, inserted, hold what Django's own inserts of the same rows hold (but the
+    run and tool call each belongs to)."""
+    for a, b in zip(mine, django, strict=True):
+        assert a.pk is not None and not a._state.adding
+        got, want = _stored(a), _stored(b)
+        for key in ("run_id", "tool_call_id"):
+            if key in want:
+                got.pop(key), want.pop(key)
+        assert got == want, type(a).__name__
+
+
 def test_the_checkpoint_s_inserts_store_what_bulk_create_stores(personas, agent, workspace, api):
     """Each model a checkpoint inserts, with keys of both kinds (UUID and auto-incremented),
     JSON, NUL-free text, defaults and auto_now_add, against Django's own bulk_create."""
@@ -218,13 +230,7 @@ def test_the_checkpoint_s_inserts_store_what_bulk_create_stores(personas, agent,
             rows_insert([row])
         for row in django:
             type(row).objects.bulk_create([row])
-    for a, b in zip(mine, django, strict=True):
-        assert a.pk is not None and not a._state.adding
-        got, want = _stored(a), _stored(b)
-        for key in ("run_id", "tool_call_id"):
-            if key in want:
-                got.pop(key), want.pop(key)
-        assert got == want, type(a).__name__
+    _stored_alike(mine, django)
     assert ModelCall.objects.get(pk=mine[0].pk).created_at is not None  # auto_now_add
 
 
@@ -414,13 +420,7 @@ def test_one_statement_stores_what_bulk_create_stores(personas, agent, workspace
     assert [sql.split()[0] for sql in found] == ["WITH"] and commits == [0]
     for row in django:
         type(row).objects.bulk_create([row])
-    for a, b in zip(mine, django, strict=True):
-        assert a.pk is not None and not a._state.adding
-        got, want = _stored(a), _stored(b)
-        for key in ("run_id", "tool_call_id"):
-            if key in want:
-                got.pop(key), want.pop(key)
-        assert got == want, type(a).__name__
+    _stored_alike(mine, django)
     turns = ModelCall.objects.filter(run=ours).values_list("pk", "turn")
     assert sorted(turns) == sorted((row.pk, row.turn) for row in mine if type(row) is ModelCall)
     stored = Run.objects.get(pk=ours.pk)

@@ -52,11 +52,13 @@ def checkpoint_statement(
     for one. Raises :class:`~runs.leases.LeaseLost`, having written nothing, when the
     fence refuses; the rows get their keys."""
     db = transaction.get_connection()
-    fields: dict[str, Any] = dict(pending.set)
-    for name, amount in pending.add.items():
-        fields[name] = ("add", amount)
     fence, params = fence_statement(
-        lease, fields, len(pending.events), status_was=pending.status_was, extend=extend, db=db
+        lease,
+        pending.fence_fields(),
+        len(pending.events),
+        status_was=pending.status_was,
+        extend=extend,
+        db=db,
     )
     parts, keyed = [f"f AS ({fence})"], []
     tables: dict[type, list[Any]] = {}

@@ -52,25 +52,33 @@ def checkpoint(driver: Driver) -> Iterator[None]:
     model turn's usage and cost are never lost with it). Events are published on commit in
     their numbers' order.
     """
+    with _taken(driver) as pending, transaction.atomic():
+        events = _fence_and_fields(driver, pending)
+        rows, after = list(pending.rows), list(pending.after)
+        _publish_on_commit(events)  # before any the caller appends: lower numbers
+        yield
+        if driver.pending:
+            later, driver.pending = driver.pending, Pending()
+            more = _fence_and_fields(driver, later)
+            _publish_on_commit(more)
+            events, rows, after = events + more, rows + later.rows, after + later.after
+        _rows_insert(rows, events)
+        for then in after:  # a run that ended: its rollup reads the rows just written
+            then()
+
+
+@contextmanager
+def _taken(driver: Driver) -> Iterator[Pending]:
+    """What the driver holds, taken for a checkpoint: dropped if the lease is lost (the
+    run goes on from its last checkpoint with its next holder), given back on any other
+    failure (what the failed block deferred meanwhile belonged to its failed step)."""
     pending, driver.pending = driver.pending, Pending()
     try:
-        with transaction.atomic():
-            events = _fence_and_fields(driver, pending)
-            rows, after = list(pending.rows), list(pending.after)
-            _publish_on_commit(events)  # before any the caller appends: lower numbers
-            yield
-            if driver.pending:
-                later, driver.pending = driver.pending, Pending()
-                more = _fence_and_fields(driver, later)
-                _publish_on_commit(more)
-                events, rows, after = events + more, rows + later.rows, after + later.after
-            _rows_insert(rows, events)
-            for then in after:  # a run that ended: its rollup reads the rows just written
-                then()
+        yield pending
     except LeaseLost:
         raise
     except BaseException:
-        driver.pending = pending  # what the block deferred belonged to its failed step
+        driver.pending = pending
         raise
 
 
@@ -80,25 +88,26 @@ def pending_flush(driver: Driver) -> None:
     :func:`checkpoint`'s transaction."""
     if not driver.pending:
         return
-    if statement_fits(driver.pending):
-        pending, driver.pending = driver.pending, Pending()
-        due = _renewal_due(driver)
-        try:
-            written = checkpoint_statement(driver.lease, pending, extend=due is not None)
-        except LeaseLost:
-            raise
-        except BaseException:
-            driver.pending = pending
-            raise
-        if written is not None:
-            events, cancelled = written
-            driver.cancelled = driver.cancelled or cancelled
-            _renewed(driver, due)
-            _publish_on_commit(events)  # committed: published now
-            return
-        driver.pending = pending
+    if statement_fits(driver.pending) and _in_one_statement(driver):
+        return
     with checkpoint(driver):
         pass
+
+
+def _in_one_statement(driver: Driver) -> bool:
+    """What the driver holds, written and committed by ``checkpoint_statement``; False,
+    the driver holding it still, when it is too big for one statement."""
+    due = _renewal_due(driver)
+    with _taken(driver) as pending:
+        written = checkpoint_statement(driver.lease, pending, extend=due is not None)
+        if written is None:
+            driver.pending = pending
+            return False
+    events, cancelled = written
+    driver.cancelled = driver.cancelled or cancelled
+    _renewed(driver, due)
+    _publish_on_commit(events)  # committed: published now
+    return True
 
 
 def defer_fields(driver: Driver, run: Run, **fields: Any) -> None:
@@ -189,13 +198,10 @@ def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
     (a third of a lease since either renewed it): at every step it rewrote the run's row
     in the sweeper's index for nothing, the keeper renewing every lease of the process
     every third of a lease anyway."""
-    fields: dict[str, Any] = dict(pending.set)
-    for name, amount in pending.add.items():
-        fields[name] = ("add", amount)
     due = _renewal_due(driver)
     last, cancelled = fence_write(
         driver.lease,
-        fields,
+        pending.fence_fields(),
         len(pending.events),
         status_was=pending.status_was,
         extend=due is not None,

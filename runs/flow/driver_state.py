@@ -32,6 +32,14 @@ class Pending:
     def __bool__(self) -> bool:
         return bool(self.set or self.add or self.rows or self.events or self.after)
 
+    def fence_fields(self) -> dict[str, Any]:
+        """The run's fields as the fence's statement writes them (``leases.fence_write``):
+        a value, or ``("add", amount)`` for a counter."""
+        fields: dict[str, Any] = dict(self.set)
+        for name, amount in self.add.items():
+            fields[name] = ("add", amount)
+        return fields
+
 
 @dataclass
 class Driver:
