@@ -136,6 +136,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, and synchronous only: every middleware above runs in the request's one thread
+    # under daphne rather than hopping threads twice apiece (harness_console.web.one_thread).
+    "harness_console.web.one_thread.OneThread",
 ]
 
 ROOT_URLCONF = "harness_console.urls"
