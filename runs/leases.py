@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Q, Value, When
+from django.db.models import Case, DateTimeField, Q, Value, When
 from django.utils import timezone
 
 from .core import status as run_status
@@ -61,31 +61,50 @@ def lease_seconds() -> float:
 
 
 def lease_claim(*, run_id: Any, worker: str) -> Lease | None:
-    """Take the run if nobody holds a live lease on it; None when another worker does."""
+    """Take the run if nobody holds a live lease on it; None when another worker does.
+
+    One conditional UPDATE, committed by itself, that returns the new token: like
+    :func:`fence_statement`, SQL from the model's own names (every run's every claim
+    compiled a queryset and read the token back in a transaction of its own otherwise)."""
+    db = transaction.get_connection()
+    quote, meta = db.ops.quote_name, Run._meta
+
+    def column(name: str) -> str:
+        return quote(meta.get_field(name).column)  # type: ignore[union-attr]
+
+    expires, token, takeovers = (
+        column("lease_expires_at"),
+        column("lease_token"),
+        column("lease_takeovers"),
+    )
+    expiry = meta.get_field("lease_expires_at")
     now = timezone.now()
-    with transaction.atomic():
-        claimed = (
-            Run.objects.filter(pk=run_id, status__in=CLAIMABLE)
-            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-            .update(
-                lease_owner=worker[:200],
-                received_by="",  # its message is consumed: the lease says who has the run
-                lease_token=F("lease_token") + 1,
-                lease_takeovers=Case(
-                    When(lease_expires_at__isnull=False, then=F("lease_takeovers") + 1),
-                    default=F("lease_takeovers"),
-                    output_field=PositiveIntegerField(),
-                ),
-                lease_expires_at=now + timedelta(seconds=lease_seconds()),
-            )
-        )
-        if not claimed:
-            return None
-        RECEIPTS.claimed(run_id)
-        token, takeovers = (
-            Run.objects.filter(pk=run_id).values_list("lease_token", "lease_takeovers").get()
-        )
-    return Lease(run_id=run_id, token=token, worker=worker, takeovers=takeovers)
+    statement = (
+        f"UPDATE {quote(meta.db_table)} SET {column('lease_owner')} = %s, "  # noqa: S608 - names from the model
+        f"{column('received_by')} = %s, {token} = {token} + 1, "
+        # Taking over an expired lease (its worker died or froze) counts; a free one does not.
+        f"{takeovers} = CASE WHEN {expires} IS NULL THEN {takeovers} ELSE {takeovers} + 1 END, "
+        f"{expires} = %s "
+        f"WHERE {quote(meta.pk.column)} = %s "
+        f"AND {column('status')} IN ({', '.join(['%s'] * len(CLAIMABLE))}) "
+        f"AND ({expires} IS NULL OR {expires} < %s) "
+        f"RETURNING {token}, {takeovers}"  # SQLite 3.35+ and PostgreSQL
+    )
+    params = [
+        worker[:200],
+        "",  # its message is consumed: the lease says who has the run
+        expiry.get_db_prep_save(now + timedelta(seconds=lease_seconds()), db),
+        meta.pk.get_db_prep_value(run_id, db),
+        *CLAIMABLE,
+        expiry.get_db_prep_value(now, db),
+    ]
+    with db.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    RECEIPTS.claimed(run_id)
+    return Lease(run_id=run_id, token=int(row[0]), worker=worker, takeovers=int(row[1]))
 
 
 def lease_release(lease: Lease) -> None:

@@ -4,8 +4,10 @@ error and changes nothing."""
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -98,6 +100,28 @@ def test_a_run_is_claimed_once_however_often_a_worker_tries(run):
     assert lease_claim(run_id=run.pk, worker="w2") is None  # the lease is live
     run.refresh_from_db()
     assert (run.lease_owner, run.lease_token) == ("w1", 1)
+
+
+@pytest.mark.django_db
+def test_a_claim_returns_the_lease_it_wrote_and_counts_only_takeovers(run):
+    Run.objects.filter(pk=run.pk).update(received_by="node-a@host")
+    first = lease_claim(run_id=str(run.pk), worker="w1")  # as a task's argument: a string
+    assert first is not None and (first.token, first.takeovers) == (1, 0)
+    run.refresh_from_db()
+    assert (run.lease_owner, run.received_by, run.lease_takeovers) == ("w1", "", 0)
+    assert run.lease_expires_at > timezone.now()
+    # Its worker froze past the expiry: the next claim is a takeover, with a new token.
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    second = lease_claim(run_id=run.pk, worker="w2")
+    assert second is not None and (second.token, second.takeovers) == (2, 1)
+    run.refresh_from_db()
+    assert (run.lease_owner, run.lease_token, run.lease_takeovers) == ("w2", 2, 1)
+    # A run waiting for a person, or ended, is nobody's to claim, lease or not.
+    for status in (S.WAITING_FOR_APPROVAL, S.COMPLETED):
+        Run.objects.filter(pk=run.pk).update(status=status, lease_expires_at=None)
+        assert lease_claim(run_id=run.pk, worker="w3") is None
+    run.refresh_from_db()
+    assert (run.lease_owner, run.lease_token) == ("w2", 2)
 
 
 @pytest.mark.django_db
