@@ -103,11 +103,11 @@ def _approvals(rows: Iterable[dict[str, Any]]) -> list[rollup.ApprovalFacts]:
     ]
 
 
-def run_contribution(run_id: Any, *, status: str | None = None) -> dict[str, Any]:
-    """What a finished run adds to its cell (as ``status`` when given)."""
-    run = Run.objects.filter(pk=run_id).values(*RUN_FIELDS).get()
-    return rollup.contribution(
-        _facts(run, status),
+def _children(
+    run_id: Any,
+) -> tuple[list[rollup.CallFacts], list[rollup.ToolFacts], list[rollup.ApprovalFacts]]:
+    """A run's model calls, tool calls and approval requests, as its contribution counts."""
+    return (
         _calls(ModelCall.objects.filter(run_id=run_id).values(*CALL_FIELDS)),
         _tools(ToolCall.objects.filter(run_id=run_id).values(*TOOL_FIELDS)),
         _approvals(ApprovalRequest.objects.filter(run_id=run_id).values(*APPROVAL_FIELDS)),
@@ -153,9 +153,11 @@ def rollup_run_ended(run: Any, previous: str) -> None:
 
     A completed run that is rolled back later moves from completed to rolled back in the
     day it finished (and, when it had passed verification, counts as an escape)."""
+    facts = {name: getattr(run, name) for name in RUN_FIELDS}  # ``run`` is its row, current
+    children = _children(run.pk)
     if run.status == run_status.ROLLED_BACK and previous == run_status.COMPLETED:
-        _cell_apply(run, run_contribution(run.pk, status=run_status.COMPLETED), -1)
-    _cell_apply(run, run_contribution(run.pk))
+        _cell_apply(run, rollup.contribution(_facts(facts, run_status.COMPLETED), *children), -1)
+    _cell_apply(run, rollup.contribution(_facts(facts), *children))
 
 
 # --- reconciliation --------------------------------------------------------------------------
