@@ -159,7 +159,9 @@ def _model_turn(
     _prompt(driver, run)
     if driver.model is None:
         try:
-            driver.model = model_for_run(run, position=run.model_calls.count())
+            # Only a replay resumes at a position: the calls it already played.
+            played = run.model_calls.count() if run.replay_script else 0
+            driver.model = model_for_run(run, position=played)
         except ModelError as error:
             return run_fail(driver, str(error))
     agent = run.agent
