@@ -502,3 +502,11 @@ def test_a_turn_of_many_tool_calls_runs_only_the_turns_limit(
     assert "at most 3 tool calls per model turn; this was call 6" in refused.reason
     results = Message.objects.filter(run=run, kind="tool_result", tool_use_id="toolu_7").get()
     assert "at most 3 tool calls per model turn" in json.dumps(results.content)
+
+
+def test_the_synthesize_step_counts_every_model_turn_held_ones_too(run, docs):
+    # The last turn is held for the checkpoint that ends the loop: it counts all the same.
+    run = drive(run)
+    step = run.steps.get(name="synthesize")
+    assert step.status == "completed"
+    assert step.output["turns"] == ModelCall.objects.filter(run=run).count() == 3

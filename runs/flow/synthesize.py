@@ -328,9 +328,11 @@ def _loop_ended(driver: Driver, run: Run, action: loop.FinalOutput) -> StageOutc
     step_id = (run.loop or {}).get("step")
     step = Step.objects.filter(pk=step_id).first() if step_id else None
     if step is not None and step.status == "running":
+        # The last turn's call is held for the checkpoint this one joins: it counts too.
+        held = sum(1 for row in driver.pending.rows if isinstance(row, ModelCall))
         step_end(
             step,
-            output={"turns": run.model_calls.count(), "outcome": action.reason},
+            output={"turns": run.model_calls.count() + held, "outcome": action.reason},
             input_artifacts=["structured_task"],
             output_artifacts=[f"draft:{path}" for path in drafts_of(run)],
             driver=driver,
