@@ -270,6 +270,7 @@ _ROUTED = {
         "runs.tasks.runs_sweep",
         "runs.tasks.approvals_sweep",
         "runs.tasks.rollups_reconcile_recent",
+        "runs.tasks.rollups_fold_pending",
         "runs.tasks.live_layer_trim",
         "evals.tasks.suites_sweep",
     ),
@@ -311,6 +312,9 @@ HARNESS_APPROVAL_SWEEP_SECONDS = float(os.environ.get("HARNESS_APPROVAL_SWEEP_SE
 # Rollups (SPEC O6): runs add themselves as they finish; this rebuilds yesterday and today
 # from the raw rows, repairing anything that changed after a run ended.
 HARNESS_ROLLUP_RECONCILE_SECONDS = float(os.environ.get("HARNESS_ROLLUP_RECONCILE_SECONDS", "900"))
+# A run adds itself to its day as a delta row; the deltas are folded into the cells every
+# this many seconds (and by every dashboard and /metrics read, before it reads).
+HARNESS_ROLLUP_FOLD_SECONDS = float(os.environ.get("HARNESS_ROLLUP_FOLD_SECONDS", "10"))
 # The operations dashboard calls a run stuck when it is working (planning, running,
 # verifying) and has recorded no event for this long.
 HARNESS_STUCK_AFTER_SECONDS = int(os.environ.get("HARNESS_STUCK_AFTER_SECONDS", "600"))
@@ -324,6 +328,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "reconcile-rollups": {
         "task": "runs.tasks.rollups_reconcile_recent",
         "schedule": HARNESS_ROLLUP_RECONCILE_SECONDS,
+    },
+    "fold-rollups": {
+        "task": "runs.tasks.rollups_fold_pending",
+        "schedule": HARNESS_ROLLUP_FOLD_SECONDS,
     },
     "expire-approvals": {
         "task": "runs.tasks.approvals_sweep",

@@ -515,6 +515,24 @@ class DailyRollup(EvalAware):
         return f"{self.day} {self.agent_id}/{self.workspace_id}"
 
 
+class RollupDelta(models.Model):
+    """What one run's end adds to its day's cell and total, until a fold moves it there
+    (``runs.observability.rollups.rollups_fold``). A run that ends only inserts this row:
+    every run of a day ends by changing the same two rows (its cell and the day's total),
+    and with the runs of a busy machine ending together, each waited on the one before it
+    for their locks. No index but the key: inserted once, read once in key order, deleted."""
+
+    day = models.DateField()
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    data = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.agent_id}/{self.workspace_id} (pending)"
+
+
 class DailyTotal(models.Model):
     """One day's figures over every agent and workspace: the sum of that day's rollup
     cells, kept with them, so the unfiltered retrospective reads thirty rows, not thirty

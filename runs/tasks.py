@@ -28,7 +28,7 @@ from .approval_outcomes import approvals_expire_due
 from .lifecycle import run_dispatch
 from .models import Run
 from .observability import telemetry
-from .observability.rollups import rollups_reconcile
+from .observability.rollups import rollups_fold, rollups_reconcile
 from .run_hooks import session_end
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,13 @@ def live_layer_trim() -> None:
 def rollups_reconcile_recent() -> None:
     """Beat: yesterday's and today's rollups rebuilt from the raw rows (SPEC O6)."""
     rollups_reconcile()
+
+
+@shared_task(ignore_result=True)
+def rollups_fold_pending() -> None:
+    """Beat: the runs that ended lately, moved from their deltas into their cells (SPEC O6):
+    the readers fold before they read anyway; this keeps the delta table short."""
+    rollups_fold()
 
 
 @shared_task(ignore_result=True)

@@ -504,13 +504,14 @@ def test_operations_figures_and_day_totals_leave_the_eval_set_out(
 ):
     from runs.models import DailyRollup, DailyTotal
     from runs.observability.dashboards.figures import ops_figures, retro_figures
-    from runs.observability.rollups import day_of, rollups_reconcile
+    from runs.observability.rollups import day_of, rollups_fold, rollups_reconcile
 
     real, _ = eval_and_real_runs(personas, eval_rows, agent, workspace)
     ops = ops_figures()
     assert ops.finished_24h["failed"] == 1
     assert [f["run_id"] for f in ops.recent_failures] == [real.pk]
     day = day_of(real.finished_at)
+    assert rollups_fold() == 2  # the two runs' deltas, into their cells
     # Each has its cell (the evals' agent can be looked at on its own) ...
     assert DailyRollup.objects.filter(day=day).count() == 2
     # ... but the day's total, the unfiltered retrospective, holds the real run only.

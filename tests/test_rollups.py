@@ -9,6 +9,7 @@ significant figures (runs.observability.core.rollup), which commutes with taking
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter, defaultdict
 from datetime import UTC, timedelta
 from decimal import Decimal
@@ -22,10 +23,16 @@ from approvals.models import ApprovalRequest
 from policies.models import Agent, Workspace
 from runs.approval_outcomes import approval_decide
 from runs.core.failures import KINDS, OTHER, failure_kind
-from runs.models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
+from runs.lifecycle import run_transition
+from runs.models import DailyRollup, DailyTotal, ModelCall, RollupDelta, Run, ToolCall
 from runs.observability.core import rollup
 from runs.observability.dashboards.figures import retro_figures, window
-from runs.observability.rollups import cells_from_raw, day_of, rollups_reconcile
+from runs.observability.rollups import (
+    cells_from_raw,
+    day_of,
+    rollups_fold,
+    rollups_reconcile,
+)
 from runs.observability.synthetic import FAILURES, synthetic_runs_generate
 from runs.services import run_rollback
 from tests.conftest import SEEDED, prices_seed
@@ -315,6 +322,10 @@ def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(pers
     run = drive(run)
     assert run.status == "completed"
 
+    # Each ended as a delta of its own; a fold moves both into their cell, once.
+    assert RollupDelta.objects.count() == 2
+    assert not DailyRollup.objects.exists()
+    assert rollups_fold() == 2 and rollups_fold() == 0
     cell = DailyRollup.objects.get(day=day_of(run.finished_at))
     assert cell.data["runs"] == {"completed": 1, "failed": 1}
     assert cell.data["failures"] == {"rejected": 1}
@@ -327,6 +338,7 @@ def test_runs_count_in_their_day_as_they_finish_and_a_rollback_is_an_escape(pers
     run_rollback(run=run, user=personas.approver)
     run.refresh_from_db()
     assert run.status == "rolled_back" and run.finished_at == finished_at  # stays in its day
+    assert rollups_fold() == 1
     cell.refresh_from_db()
     assert cell.data["runs"] == {"rolled_back": 1, "failed": 1}
     assert cell.data["verified"] == 2 and cell.data["escaped"] == 1  # both passed verification
@@ -372,3 +384,106 @@ def test_generate_history_explains_what_it_needs(capsys):
         call_command("generate_history", "--runs", "0", "--days", "3")
     with pytest.raises(CommandError):
         call_command("generate_history", "--runs", "ten")
+
+
+def test_a_fold_moves_each_delta_once_and_leaves_the_eval_set_out_of_the_totals(places, personas):
+    agents, spaces = places
+    evals = Agent.objects.create(slug="evals", name="Evals", identity="x", for_evals=True)
+    day = window(1)[0]
+    parts = [
+        (agents[0], {"runs": {"completed": 1}, "cost": "0.25"}),
+        (agents[0], {"runs": {"failed": 1}, "failures": {"hook": 1}}),
+        (agents[1], {"runs": {"completed": 1}, "duration": {"1200": 1}}),
+        (evals, {"runs": {"failed": 1}}),
+    ]
+    for agent, data in parts:
+        RollupDelta.objects.create(day=day, agent=agent, workspace=spaces[0], data=data)
+    assert rollups_fold() == 4
+    assert not RollupDelta.objects.exists() and rollups_fold() == 0
+    cells = {c.agent_id: c.data for c in DailyRollup.objects.filter(day=day)}
+    assert cells[agents[0].pk] == {
+        "runs": {"completed": 1, "failed": 1},
+        "cost": "0.25",
+        "failures": {"hook": 1},
+    }
+    assert cells[evals.pk] == {"runs": {"failed": 1}}
+    assert DailyTotal.objects.get(day=day).data == {
+        "runs": {"completed": 2, "failed": 1},
+        "cost": "0.25",
+        "failures": {"hook": 1},
+        "duration": {"1200": 1},
+    }
+    # A later delta adds to the cell it finds; a reader folds before it reads.
+    RollupDelta.objects.create(
+        day=day, agent=agents[1], workspace=spaces[0], data={"runs": {"completed": 1}}
+    )
+    assert retro_figures(days=1, agent_id=agents[1].pk).runs["completed"] == [2]
+    assert not RollupDelta.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_runs_ending_while_others_fold_and_reconcile_count_exactly_once(places, personas):
+    """Runs end on three threads while a fourth folds and a fifth rebuilds the day from the
+    raw rows, over and over: no run is lost or counted twice, and nothing deadlocks."""
+    from django.db import connection
+
+    agents, spaces = places
+    runs = [
+        Run.objects.create(
+            agent=agents[n % 2],
+            workspace=spaces[n % 2],
+            requester=personas.operator,
+            request="Fix the broken link in docs/a.md",
+        )
+        for n in range(30)
+    ]
+    errors: list[BaseException] = []
+    ended = threading.Event()
+
+    def guarded(work):
+        def body():
+            try:
+                work()
+            except BaseException as error:  # reported by the assert below
+                errors.append(error)
+            finally:
+                connection.close()
+
+        return threading.Thread(target=body)
+
+    def end(chunk):
+        for run in chunk:
+            run_transition(run_id=run.pk, to="failed", failure_reason="stopped by hand")
+
+    def again(work):
+        while not ended.is_set():
+            work()
+
+    enders = [guarded(lambda chunk=runs[n::3]: end(chunk)) for n in range(3)]
+    keepers = [
+        guarded(lambda: again(rollups_fold)),
+        guarded(lambda: again(lambda: rollups_reconcile([window(1)[0]]))),
+    ]
+    for thread in enders + keepers:
+        thread.start()
+    for thread in enders:
+        thread.join(60)
+    ended.set()
+    for thread in keepers:
+        thread.join(60)
+    assert not errors, errors
+    rollups_fold()
+    day = window(1)[0]
+    truth = cells_from_raw(
+        day,
+        run_model=Run,
+        call_model=ModelCall,
+        tool_model=ToolCall,
+        approval_model=ApprovalRequest,
+    )
+    cells = {(c.agent_id, c.workspace_id): c.data for c in DailyRollup.objects.filter(day=day)}
+    assert cells.keys() == truth.keys()
+    assert sum(data["runs"]["failed"] for data in cells.values()) == 30
+    assert all(rollup.same(cells[key], truth[key]) for key in truth)
+    assert rollup.same(DailyTotal.objects.get(day=day).data, rollup.total(truth.values()))
+    assert rollups_reconcile([day]) == 0

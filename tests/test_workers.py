@@ -62,6 +62,7 @@ def test_each_task_goes_to_its_queue():
         "runs.tasks.runs_sweep",
         "runs.tasks.approvals_sweep",
         "runs.tasks.rollups_reconcile_recent",
+        "runs.tasks.rollups_fold_pending",
         "runs.tasks.live_layer_trim",
         "evals.tasks.suites_sweep",
     ):

@@ -50,7 +50,7 @@ from ..core.failures import LABELS as FAILURE_KINDS
 from ..models import DailyRollup
 from .core import rollup
 from .dashboards.figures import runs_by_active_status, stuck_runs
-from .rollups import day_of
+from .rollups import day_of, rollups_fold
 
 # Bucket edges in seconds. Rollup histograms keep durations in ms rounded to two
 # significant figures, so an observation sits on the side of an edge its rounded value
@@ -182,6 +182,7 @@ def cells_total(*, today: date) -> dict[Any, dict[str, Any]]:
     The key of the past days' total names how many cells they have and their latest
     ``updated_at``: a reconciliation or a rollback that changes a past cell bumps the
     latter (``auto_now``), one that deletes a cell lowers the former."""
+    rollups_fold()  # the runs that ended since the last fold, in their cells
     past = DailyRollup.objects.without_evals().filter(day__lt=today).order_by()
     stamp = past.aggregate(n=Count("pk"), last=Max("updated_at"))
     last = stamp["last"].isoformat() if stamp["last"] else "-"

@@ -1,10 +1,17 @@
 """Daily rollups kept current as runs finish, and reconciled from the raw rows (SPEC O6).
 
-A run adds its figures (runs.observability.core.rollup.contribution) to its day's cell in the same
-transaction that ends it, under the cell's row lock, so the dashboards are current and a
-run counts exactly once. Reconciliation rebuilds days from the raw rows with the same
-function: it repairs whatever changed after a run ended (an approval cancelled later, a row
-fixed by hand) and builds the cells of a history that predates them.
+A run's figures (runs.observability.core.rollup.contribution) are written in the same
+transaction that ends it, as a delta row (``RollupDelta``): a run counts exactly once, and
+runs ending together wait on nothing of each other's. A fold moves the deltas into their
+cells and day totals, each delta deleted in the transaction that adds it: the readers fold
+before they read (so the dashboards are current), and the housekeeping worker folds every
+few seconds. Reconciliation rebuilds days from the raw rows with the same function: it
+repairs whatever changed after a run ended (an approval cancelled later, a row fixed by
+hand) and builds the cells of a history that predates them.
+
+Locks, always in this order: the delta table (a fold's ``FOR UPDATE``, a reconciliation's
+``EXCLUSIVE`` table lock, which waits for every fold and ending run under way and holds
+off the next until it commits), then cells by key, then day totals by day.
 
 The row readers take the model classes as arguments so that a data migration can run
 them against its historical models.
@@ -18,14 +25,14 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from policies.models import Agent
 
 from ..core import status as run_status
-from ..models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
+from ..models import DailyRollup, DailyTotal, ModelCall, RollupDelta, Run, ToolCall
 from .core import rollup
 
 logger = logging.getLogger(__name__)
@@ -136,28 +143,91 @@ def _locked(model: Any, key: dict[str, Any], empty: Any) -> Any:
         return model.objects.select_for_update().get(**key)
 
 
-def _cell_apply(run: Any, change: dict[str, Any], sign: int = 1) -> None:
-    day = day_of(run.finished_at)
-    cell = cell_locked(DailyRollup, day, run.agent_id, run.workspace_id)
-    cell.data = rollup.merge(cell.data, change, sign)
-    cell.save(update_fields=["data", "updated_at"])
-    if run.agent.for_evals:
-        return  # the eval set's runs have their own cells, and stay out of the day totals
-    total = total_locked(DailyTotal, day)
-    total.data = rollup.merge(total.data, change, sign)
-    total.save(update_fields=["data", "updated_at"])
-
-
 def rollup_run_ended(run: Any, previous: str) -> None:
-    """Inside the transaction that ends ``run`` (its row locked): count it in its day.
+    """Inside the transaction that ends ``run``: what it adds to its day, as a delta.
 
     A completed run that is rolled back later moves from completed to rolled back in the
     day it finished (and, when it had passed verification, counts as an escape)."""
     facts = {name: getattr(run, name) for name in RUN_FIELDS}  # ``run`` is its row, current
     children = _children(run.pk)
+    change = rollup.contribution(_facts(facts), *children)
     if run.status == run_status.ROLLED_BACK and previous == run_status.COMPLETED:
-        _cell_apply(run, rollup.contribution(_facts(facts, run_status.COMPLETED), *children), -1)
-    _cell_apply(run, rollup.contribution(_facts(facts), *children))
+        counted = rollup.contribution(_facts(facts, run_status.COMPLETED), *children)
+        change = rollup.merge(change, counted, -1)
+    RollupDelta.objects.create(
+        day=day_of(run.finished_at),
+        agent_id=run.agent_id,
+        workspace_id=run.workspace_id,
+        data=change,
+    )
+
+
+# --- folding -------------------------------------------------------------------------------
+FOLD_BATCH = 500  # deltas per transaction: a fold never holds the cells for long
+
+Cell = tuple[date, Any, Any]  # (day, agent_id, workspace_id)
+
+
+def rollups_fold() -> int:
+    """Move every pending delta into its cell and its day's total; how many moved. Cheap
+    when there are none (one read, no transaction): readers call it before they read."""
+    if not RollupDelta.objects.exists():
+        return 0
+    moved = 0
+    while True:
+        with transaction.atomic():
+            taken = _deltas_take(RollupDelta.objects.order_by("pk"), FOLD_BATCH)
+            cells_add(taken, left_out=_eval_agents() if taken else set())
+        count = sum(len(parts) for parts in taken.values())
+        moved += count
+        if count < FOLD_BATCH:
+            return moved
+
+
+def _deltas_take(pending: Any, limit: int | None = None) -> dict[Cell, list[dict[str, Any]]]:
+    """Up to ``limit`` of the ``pending`` deltas, deleted in the caller's transaction (so
+    back if it fails), by cell. On PostgreSQL only those no other fold holds: two folds
+    take different deltas, and wait for each other only at a cell both change."""
+    if connection.features.has_select_for_update_skip_locked:
+        pending = pending.select_for_update(skip_locked=True)
+    rows = list(pending.values_list("pk", "day", "agent_id", "workspace_id", "data")[:limit])
+    if rows:
+        pending.model.objects.filter(pk__in=[row[0] for row in rows]).delete()
+    taken: dict[Cell, list[dict[str, Any]]] = {}
+    for _pk, day, agent_id, workspace_id, data in rows:
+        taken.setdefault((day, agent_id, workspace_id), []).append(data)
+    return taken
+
+
+def _eval_agents() -> set[Any]:
+    """The eval set's agents: their cells stay out of the day totals."""
+    return set(Agent.objects.of_evals().values_list("pk", flat=True))
+
+
+def cells_add(
+    changes: dict[Cell, list[dict[str, Any]]],
+    *,
+    left_out: set[Any],
+    cell_model: Any = DailyRollup,
+    total_model: Any = DailyTotal,
+) -> None:
+    """Add ``changes`` to their cells, and those of agents not ``left_out`` to their days'
+    totals, in the caller's transaction: cells locked in key order, then totals in day
+    order, as every writer of them does, so two never deadlock."""
+    totals: dict[date, dict[str, Any]] = {}
+    for key in sorted(changes, key=lambda k: (k[0], k[1], k[2])):
+        cell = cell_locked(cell_model, *key)
+        data = rollup.merge(cell.data, {})
+        for part in changes[key]:
+            rollup.accumulate(data, part)
+            if key[1] not in left_out:
+                rollup.accumulate(totals.setdefault(key[0], {}), part)
+        cell.data = data
+        cell.save(update_fields=["data", "updated_at"])
+    for day in sorted(totals) if total_model is not None else ():
+        total = total_locked(total_model, day)
+        total.data = rollup.merge(total.data, totals[day])
+        total.save(update_fields=["data", "updated_at"])
 
 
 # --- reconciliation --------------------------------------------------------------------------
@@ -207,13 +277,14 @@ def reconcile_day(
     approval_model: Any,
     rollup_model: Any,
     total_model: Any = None,  # None: before totals existed (an older data migration)
+    delta_model: Any = None,  # None: before runs ended as deltas (an older data migration)
     left_out: Iterable[Any] = (),  # agents whose cells the total leaves out: the eval set's
 ) -> int:
     """Make ``day``'s cells and total equal the raw rows; returns how many were wrong.
 
-    The day's cells are locked before the raw rows are read: a run ending meanwhile waits
-    for the lock and then adds itself to the rebuilt cell, so it is neither lost nor
-    counted twice."""
+    The delta table is locked before the raw rows are read, and the day's pending deltas
+    folded: a run ending meanwhile waits for the lock and then adds its delta, folded into
+    the rebuilt cell later, so it is neither lost nor counted twice."""
     models = {
         "run_model": run_model,
         "call_model": call_model,
@@ -221,6 +292,12 @@ def reconcile_day(
         "approval_model": approval_model,
     }
     with transaction.atomic():
+        if delta_model is not None:  # the day's pending deltas, in its cells first
+            _deltas_hold(delta_model)
+            changes = _deltas_take(delta_model.objects.filter(day=day))
+            cells_add(
+                changes, left_out=set(left_out), cell_model=rollup_model, total_model=total_model
+            )
         existing = {
             (cell.agent_id, cell.workspace_id): cell
             for cell in rollup_model.objects.select_for_update().filter(day=day)
@@ -251,9 +328,19 @@ def reconcile_day(
     return fixed
 
 
+def _deltas_hold(delta_model: Any) -> None:
+    """Until the transaction ends, no delta is added or taken but by it: on PostgreSQL the
+    table locked EXCLUSIVE (plain reads go on), after every fold and ending run under way;
+    on SQLite a write transaction excludes every other writer already."""
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(delta_model._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+
+
 def rollups_reconcile(days: Iterable[date] | None = None) -> int:
     """Rebuild ``days`` (default: yesterday and today, UTC) from the raw rows."""
-    left_out = set(Agent.objects.of_evals().values_list("pk", flat=True))
+    left_out = _eval_agents()
     if days is None:
         today = day_of(timezone.now())
         days = (today - timedelta(days=1), today)
@@ -267,6 +354,7 @@ def rollups_reconcile(days: Iterable[date] | None = None) -> int:
             approval_model=ApprovalRequest,
             rollup_model=DailyRollup,
             total_model=DailyTotal,
+            delta_model=RollupDelta,
             left_out=left_out,
         )
     if fixed:

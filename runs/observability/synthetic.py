@@ -28,11 +28,11 @@ from approvals.models import ApprovalRequest
 from policies.models import Agent, Workspace
 
 from ..core.failures import failure_kind
-from ..models import DailyRollup, DailyTotal, ModelCall, Run, ToolCall
+from ..models import ModelCall, Run, ToolCall
 from .core import cost as core_cost
 from .core import rollup
 from .pricing import prices
-from .rollups import cell_locked, day_of, total_locked
+from .rollups import cells_add, day_of
 
 # (failure reason as the flow writes it, weight): the kinds of runs.core.failures.
 FAILURES: tuple[tuple[str, int], ...] = (
@@ -181,17 +181,8 @@ def synthetic_runs_generate(
         done += size
         if progress:
             progress(done)
-    totals: dict[Any, dict[str, Any]] = {}
     with transaction.atomic():
-        for (day, agent_id, workspace_id), data in sorted(cells.items()):
-            cell = cell_locked(DailyRollup, day, agent_id, workspace_id)
-            cell.data = rollup.merge(cell.data, data)
-            cell.save(update_fields=["data", "updated_at"])
-            rollup.accumulate(totals.setdefault(day, {}), data)
-        for day, data in sorted(totals.items()):
-            total = total_locked(DailyTotal, day)
-            total.data = rollup.merge(total.data, data)
-            total.save(update_fields=["data", "updated_at"])
+        cells_add({key: [data] for key, data in cells.items()}, left_out=set())
     days_written = sorted({key[0] for key in cells})
     return SyntheticRuns(
         runs,

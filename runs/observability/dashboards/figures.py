@@ -27,7 +27,7 @@ from ...models import DailyRollup, DailyTotal, Run
 from ...refusals import refusals_recent
 from ..core import rollup
 from ..core.retro import SHOWN_OUTCOMES, Retro, retro_compute
-from ..rollups import day_of
+from ..rollups import day_of, rollups_fold
 
 WINDOWS = (7, 30)
 WORKING = (run_status.PLANNING, run_status.RUNNING, run_status.VERIFYING)
@@ -51,6 +51,7 @@ def retro_figures(
 
     Unfiltered, it reads the window's day totals and only the ``models`` part of each cell
     (for cost and tokens by agent); filtered by agent or workspace, that slice's cells."""
+    rollups_fold()  # the runs that ended since the last fold, in their cells
     span = window(days, today)
     index = {day: n for n, day in enumerate(span)}
     cells = DailyRollup.objects.filter(day__gte=span[0], day__lte=span[-1]).order_by()
