@@ -113,11 +113,14 @@ def _approvals(rows: Iterable[dict[str, Any]]) -> list[rollup.ApprovalFacts]:
 def _children(
     run_id: Any,
 ) -> tuple[list[rollup.CallFacts], list[rollup.ToolFacts], list[rollup.ApprovalFacts]]:
-    """A run's model calls, tool calls and approval requests, as its contribution counts."""
+    """A run's model calls, tool calls and approval requests, as its contribution counts;
+    in no order (their models' own ordering joined the run's row, or sorted, for nothing)."""
     return (
-        _calls(ModelCall.objects.filter(run_id=run_id).values(*CALL_FIELDS)),
-        _tools(ToolCall.objects.filter(run_id=run_id).values(*TOOL_FIELDS)),
-        _approvals(ApprovalRequest.objects.filter(run_id=run_id).values(*APPROVAL_FIELDS)),
+        _calls(ModelCall.objects.filter(run_id=run_id).order_by().values(*CALL_FIELDS)),
+        _tools(ToolCall.objects.filter(run_id=run_id).order_by().values(*TOOL_FIELDS)),
+        _approvals(
+            ApprovalRequest.objects.filter(run_id=run_id).order_by().values(*APPROVAL_FIELDS)
+        ),
     )
 
 
