@@ -9,10 +9,14 @@ from __future__ import annotations
 import os
 from typing import Any, cast
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_console.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
+
+from harness_console.web.request_threads import PooledThreadsASGIHandler  # noqa: E402
+
+django_asgi_app = PooledThreadsASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -187,6 +187,12 @@ def _sqlite(name: str) -> dict:
     }
 
 
+# Threads that serve HTTP requests in daphne (harness_console/web/request_threads.py): how
+# many requests run their views at once; more wait for a thread. Each keeps its database
+# connections between requests.
+HARNESS_WEB_THREADS = int(os.environ.get("HARNESS_WEB_THREADS", "8"))
+if HARNESS_WEB_THREADS < 1:
+    raise ImproperlyConfigured("HARNESS_WEB_THREADS must be 1 or more.")
 HARNESS_DB_POOL_SIZE = int(os.environ.get("HARNESS_DB_POOL_SIZE", "10"))
 HARNESS_DB_POOL_TIMEOUT = float(os.environ.get("HARNESS_DB_POOL_TIMEOUT", "10"))
 if HARNESS_DB_POOL_SIZE < 0:
