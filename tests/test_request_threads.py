@@ -31,8 +31,9 @@ def _scope(path: str) -> dict[str, Any]:
     }
 
 
-async def _get(app: Any, path: str) -> int:
-    """One request through ``app`` as daphne sends it; the response's status."""
+async def _get(app: Any, path: str, *, leave: bool = False) -> int | None:
+    """One request through ``app`` as daphne sends it; the response's status (None: the
+    client left, ``leave``, as soon as it had sent the request)."""
     sent: list[dict[str, Any]] = []
     answered = asyncio.Event()
     asked = False
@@ -42,7 +43,8 @@ async def _get(app: Any, path: str) -> int:
         if not asked:
             asked = True
             return {"type": "http.request", "body": b"", "more_body": False}
-        await answered.wait()  # the client stays until the response is sent
+        if not leave:
+            await answered.wait()  # the client stays until the response is sent
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -51,7 +53,7 @@ async def _get(app: Any, path: str) -> int:
             answered.set()
 
     await app(_scope(path), receive, send)
-    return sent[0]["status"]
+    return sent[0]["status"] if sent else None
 
 
 @pytest.fixture
@@ -98,3 +100,14 @@ def test_no_more_requests_run_at_once_than_there_are_threads(served):
         running += step
         most = max(most, running)
     assert most == 2
+
+
+def test_a_client_that_leaves_mid_request_gives_its_thread_back(served):
+    app = PooledThreadsASGIHandler(threads=1)
+
+    async def left_then_stayed() -> list[int | None]:
+        return [await _get(app, "/login/", leave=True), await _get(app, "/login/")]
+
+    # The one thread served the request whose client left, then the next one.
+    assert asyncio.run(left_then_stayed()) == [None, 200]
+    assert [name for name, _, _ in served] == [served[0][0]] * 2
