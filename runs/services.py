@@ -236,7 +236,9 @@ def run_rollback(*, run: Run, user: Any) -> list[str]:
     if not run_may_roll_back(user):
         raise PermissionDenied("Only approvers and admins roll back runs.")
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("workspace").get(pk=run.pk)
+        # The run's row only: locking its workspace's too made a reconciliation that waits
+        # for the workspace (a new rollup cell's key) and this rollback wait for each other.
+        run = Run.objects.select_for_update(of=("self",)).select_related("workspace").get(pk=run.pk)
         if run.status != run_status.COMPLETED:
             raise RollbackRefused(
                 f"Only a completed run can be rolled back; this one is {run.status}."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import Counter, defaultdict
 from datetime import UTC, timedelta
 from decimal import Decimal
@@ -486,4 +487,58 @@ def test_runs_ending_while_others_fold_and_reconcile_count_exactly_once(places, 
     assert sum(data["runs"]["failed"] for data in cells.values()) == 30
     assert all(rollup.same(cells[key], truth[key]) for key in truth)
     assert rollup.same(DailyTotal.objects.get(day=day).data, rollup.total(truth.values()))
+    assert rollups_reconcile([day]) == 0
+
+
+@pytest.mark.usefixtures(*SEEDED[1].args)
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_a_rollback_while_the_day_is_reconciled_finishes_and_counts_once(
+    personas, run, docs, monkeypatch
+):
+    """The rollback holds its run while it restores the files; the reconciliation that
+    starts meanwhile (the delta table locked, a new cell for the run's workspace) must not
+    wait on a row the rollback holds while the rollback waits on the table: on PostgreSQL
+    one of them was cancelled as a deadlock, the files already restored."""
+    from django.db import connection
+
+    import runs.services
+
+    run = drive(run)
+    approval_decide(
+        approval=ApprovalRequest.objects.get(run=run), user=personas.approver, decision="approve"
+    )
+    run = drive(run)
+    assert run.status == "completed"
+    day = day_of(run.finished_at)
+    rollups_fold()
+    DailyRollup.objects.all().delete()  # the reconciliation makes the cell again
+    restoring, errors = threading.Event(), []
+    restore = runs.services.writes_restore
+
+    def slow_restore(**kwargs):
+        restoring.set()
+        time.sleep(0.5)  # the reconciliation starts now, the run's row held
+        return restore(**kwargs)
+
+    monkeypatch.setattr(runs.services, "writes_restore", slow_restore)
+
+    def reconcile():
+        restoring.wait(10)
+        try:
+            rollups_reconcile([day])
+        except BaseException as error:  # reported by the assert below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    reconciler = threading.Thread(target=reconcile)
+    reconciler.start()
+    run_rollback(run=run, user=personas.approver)
+    reconciler.join(30)
+    assert not errors, errors
+    run.refresh_from_db()
+    assert run.status == "rolled_back"
+    rollups_fold()
+    cell = DailyRollup.objects.get(day=day)
+    assert cell.data["runs"] == {"rolled_back": 1}
     assert rollups_reconcile([day]) == 0

@@ -303,7 +303,11 @@ def reconcile_day(
             )
         existing = {
             (cell.agent_id, cell.workspace_id): cell
-            for cell in rollup_model.objects.select_for_update().filter(day=day)
+            # In key order, as cells_add locks them; the cells' rows only (their ordering
+            # by agent and workspace joined those rows, and locked them too).
+            for cell in rollup_model.objects.select_for_update(of=("self",))
+            .filter(day=day)
+            .order_by("agent_id", "workspace_id")
         }
         truth = cells_from_raw(day, **models)
         fixed = 0
