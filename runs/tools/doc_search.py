@@ -83,7 +83,13 @@ def _index_write(
     reading the index again, so a document another refresh just indexed is kept."""
     changed = 0
     with transaction.atomic():
-        list(Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk"))
+        # FOR NO KEY UPDATE: refreshes of one workspace wait for each other, but a row that
+        # refers to the workspace (a tool call, a rollup delta) is not kept waiting.
+        list(
+            Workspace.objects.select_for_update(no_key=True)
+            .filter(pk=workspace.pk)
+            .values_list("pk")
+        )
         entries = {e.path: e for e in _entries(workspace).only("id", "path", "mtime_ns", "size")}
         for path, entry in entries.items():
             if path not in keep:
