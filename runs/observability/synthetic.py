@@ -28,11 +28,11 @@ from approvals.models import ApprovalRequest
 from policies.models import Agent, Workspace
 
 from ..core.failures import failure_kind
-from ..models import ModelCall, Run, ToolCall
+from ..models import ModelCall, RollupDelta, Run, ToolCall
 from .core import cost as core_cost
 from .core import rollup
 from .pricing import prices
-from .rollups import cells_add, day_of
+from .rollups import day_of, rollups_fold
 
 # (failure reason as the flow writes it, weight): the kinds of runs.core.failures.
 FAILURES: tuple[tuple[str, int], ...] = (
@@ -162,11 +162,12 @@ def synthetic_runs_generate(
     )
     tables = [_Table(m) for m in (Run, ModelCall, ToolCall, ApprovalRequest)]
     counts = [0, 0, 0, 0]
-    cells: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    days_seen: set[Any] = set()
     done = 0
     while done < runs:
         size = min(BATCH, runs - done)
         batch: list[list[dict[str, Any]]] = [[], [], [], []]
+        cells: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
         for _ in range(size):
             rows = _one_run(rng, place)
             for n, part in enumerate(rows):
@@ -174,16 +175,22 @@ def synthetic_runs_generate(
             run = rows[0][0]
             key = (day_of(run["finished_at"]), run["agent_id"], run["workspace_id"])
             rollup.accumulate(cells.setdefault(key, {}), _contribution(*rows))
+        # The batch's runs and what they add to their days, in one transaction, as runs
+        # that end add it: a reconciliation meanwhile counts each of them once.
         with transaction.atomic():
             for n, table in enumerate(tables):
                 table.write(batch[n])
                 counts[n] += len(batch[n])
+            RollupDelta.objects.bulk_create(
+                RollupDelta(day=day, agent_id=agent_id, workspace_id=workspace_id, data=data)
+                for (day, agent_id, workspace_id), data in cells.items()
+            )
+        days_seen.update(key[0] for key in cells)
         done += size
         if progress:
             progress(done)
-    with transaction.atomic():
-        cells_add({key: [data] for key, data in cells.items()}, left_out=set())
-    days_written = sorted({key[0] for key in cells})
+    rollups_fold()
+    days_written = sorted(days_seen)
     return SyntheticRuns(
         runs,
         counts[1],
