@@ -18,6 +18,7 @@ from policies.core.paths import PathRefused
 from .models import DailyRollup, DailyTotal, ModelPrice, Run, RunEvent, Step, ToolCall, WriteRecord
 from .observability.core.cost import price_in_force
 from .observability.pricing import price_version_create, prices
+from .observability.rollups import rollups_fold
 from .tools.rollback import RollbackRefused, tool_call_rollback
 
 
@@ -170,12 +171,24 @@ class ModelPriceAdmin(admin.ModelAdmin):
         return False  # recorded costs name the version they used
 
 
+class FoldedFirst(admin.ModelAdmin):
+    """The runs that ended since the last fold, in the rows before they are shown."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        rollups_fold()
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, *args: Any, **kw: Any) -> Any:
+        rollups_fold()
+        return super().change_view(request, object_id, *args, **kw)
+
+
 @admin.register(DailyRollup)
-class DailyRollupAdmin(HidesEvalRows, ReadOnlyAdmin):
+class DailyRollupAdmin(FoldedFirst, HidesEvalRows, ReadOnlyAdmin):
     list_display = ("day", "agent", "workspace", "updated_at")
     list_filter = ("day", "agent", "workspace")
 
 
 @admin.register(DailyTotal)
-class DailyTotalAdmin(ReadOnlyAdmin):
+class DailyTotalAdmin(FoldedFirst, ReadOnlyAdmin):
     list_display = ("day", "updated_at")
