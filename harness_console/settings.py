@@ -188,8 +188,9 @@ def _sqlite(name: str) -> dict:
 
 
 # Threads that serve HTTP requests in daphne (harness_console/web/request_threads.py): how
-# many requests run their views at once; more wait for a thread. Each keeps its database
-# connections between requests.
+# many requests run their views at once; more wait for a thread. Long-lived: a thread per
+# request cost daphne about twice the CPU per request (a thread started and joined each
+# time, and as many threads as requests fighting over the GIL).
 HARNESS_WEB_THREADS = int(os.environ.get("HARNESS_WEB_THREADS", "8"))
 if HARNESS_WEB_THREADS < 1:
     raise ImproperlyConfigured("HARNESS_WEB_THREADS must be 1 or more.")

@@ -31,9 +31,9 @@ def _scope(path: str) -> dict[str, Any]:
     }
 
 
-async def _get(app: Any, path: str, *, leave: bool = False) -> int | None:
+async def _get(app: Any, path: str, *, leave: threading.Event | None = None) -> int | None:
     """One request through ``app`` as daphne sends it; the response's status (None: the
-    client left, ``leave``, as soon as it had sent the request)."""
+    client left, once ``leave`` was set, before its response came)."""
     sent: list[dict[str, Any]] = []
     answered = asyncio.Event()
     asked = False
@@ -43,8 +43,10 @@ async def _get(app: Any, path: str, *, leave: bool = False) -> int | None:
         if not asked:
             asked = True
             return {"type": "http.request", "body": b"", "more_body": False}
-        if not leave:
+        if leave is None:
             await answered.wait()  # the client stays until the response is sent
+        while leave is not None and not leave.is_set():
+            await asyncio.sleep(0.01)
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -102,12 +104,39 @@ def test_no_more_requests_run_at_once_than_there_are_threads(served):
     assert most == 2
 
 
-def test_a_client_that_leaves_mid_request_gives_its_thread_back(served):
+def test_a_client_that_leaves_mid_request_gives_its_thread_back_once_its_view_returns(
+    db, monkeypatch
+):
+    """The client leaves while the view runs (Django cancels the response): the thread is
+    lent again only once that view has returned, and then serves the next request."""
+    from django.contrib.auth.views import LoginView
+
+    views: list[tuple[str, float, float]] = []
+    entered, release = threading.Event(), threading.Event()
+    original = LoginView.get
+
+    def held(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        began = time.monotonic()
+        if not entered.is_set():  # the first request's view waits to be let go
+            entered.set()
+            release.wait(5)
+        response = original(self, request, *args, **kwargs)
+        views.append((threading.current_thread().name, began, time.monotonic()))
+        return response
+
+    monkeypatch.setattr(LoginView, "get", held)
     app = PooledThreadsASGIHandler(threads=1)
 
     async def left_then_stayed() -> list[int | None]:
-        return [await _get(app, "/login/", leave=True), await _get(app, "/login/")]
+        first = asyncio.ensure_future(_get(app, "/login/", leave=entered))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(_get(app, "/login/"))
+        await asyncio.sleep(0.2)  # the second waits for the one thread meanwhile
+        assert not second.done()
+        release.set()
+        return [await first, await second]
 
-    # The one thread served the request whose client left, then the next one.
-    assert asyncio.run(left_then_stayed()) == [None, 200]
-    assert [name for name, _, _ in served] == [served[0][0]] * 2
+    assert asyncio.run(asyncio.wait_for(left_then_stayed(), 10)) == [None, 200]
+    (first_thread, _, first_end), (second_thread, second_began, _) = views
+    assert first_thread == second_thread and second_began >= first_end

@@ -2,20 +2,21 @@
 
 Django's ASGI handler serves each request's synchronous code (every view of the console:
 the pages, the admin, DRF) in a thread it starts for that request and joins after it
-(``asgiref.sync.ThreadSensitiveContext``). A new thread starts with nothing: its own
-database connection to open (SQLite: a connection, its pragmas and Django's functions;
-PostgreSQL: one taken from the pool), its own cache client, its own copy of every
-thread-local, all dropped again when it ends. bench/throughput.py submits its runs through
-one daphne: a POST cost it about three times the CPU of the same request served in-process.
+(``asgiref.sync.ThreadSensitiveContext``): a thread started and joined for every request,
+and, with many requests in flight, as many threads fighting over the GIL. bench/
+throughput.py submits its runs through one daphne: a POST cost it about three times the
+CPU of the same request served in-process.
 
 Here a request borrows one of ``HARNESS_WEB_THREADS`` threads, each an executor of one
 thread, kept for the life of the process (asgiref lets a ``ThreadSensitiveContext`` be
 given one: the caller owns it, and it is not shut down at the context's end), and gives it
-back when its response is sent. The threads keep their database connections between
-requests (``CONN_MAX_AGE``, now that connections are bounded by the threads: one per
-thread and database at most). A request that finds every thread busy waits for one, as
-it would behind a WSGI server's threads; WebSockets never come here (channels' router
-sends them to the consumers, on the event loop).
+back when its response is sent (a request whose client left gives it back only once its
+view has returned: asgiref waits for it). A request that finds every thread busy waits for
+one, as it would behind a WSGI server's threads; WebSockets never come here (channels'
+router sends them to the consumers, on the event loop). Connections are still closed at
+each request's end (``CONN_MAX_AGE`` 0; on PostgreSQL the pool takes them back): what a
+request saves is the thread's start and join, and the fight for the GIL of as many threads
+as requests in flight (measured: 200 POSTs by 16 clients cost daphne about half the CPU).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from django.core.handlers.asgi import ASGIHandler
 
 class RequestThreads:
     """``size`` single-thread executors, lent to one request at a time, the one given back
-    last lent first (its thread's connections are the most likely still open); made on
-    first use, on the event loop that serves the requests (daphne has one)."""
+    last lent first (its thread the most likely still in the CPU's caches); made on first
+    use, on the event loop that serves the requests: daphne has one, and the queue belongs
+    to it (another loop waiting on it would raise)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
