@@ -28,6 +28,14 @@ VAR_DIR = Path(os.environ.get("HARNESS_VAR_DIR") or BASE_DIR / "var").resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
+def env_int(name: str, *, default: int, minimum: int) -> int:
+    """An integer setting (unset or empty: ``default``), refused below ``minimum``."""
+    value = int(os.environ.get(name) or default)
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be {minimum} or more.")
+    return value
+
+
 def env_bool(name: str, *, default: bool) -> bool:
     """Read a boolean so that a typo fails loudly instead of silently meaning False."""
     raw = os.environ.get(name)
@@ -187,17 +195,10 @@ def _sqlite(name: str) -> dict:
     }
 
 
-# Threads that serve HTTP requests in daphne (harness_console/web/request_threads.py): how
-# many requests run their views at once; more wait for a thread. Long-lived: a thread per
-# request cost daphne about twice the CPU per request (a thread started and joined each
-# time, and as many threads as requests fighting over the GIL).
-HARNESS_WEB_THREADS = int(os.environ.get("HARNESS_WEB_THREADS", "8"))
-if HARNESS_WEB_THREADS < 1:
-    raise ImproperlyConfigured("HARNESS_WEB_THREADS must be 1 or more.")
-HARNESS_DB_POOL_SIZE = int(os.environ.get("HARNESS_DB_POOL_SIZE", "10"))
+# HTTP requests daphne runs at once, each on a long-lived thread (web/request_threads.py).
+HARNESS_WEB_THREADS = env_int("HARNESS_WEB_THREADS", default=8, minimum=1)
+HARNESS_DB_POOL_SIZE = env_int("HARNESS_DB_POOL_SIZE", default=10, minimum=0)  # 0: no pool
 HARNESS_DB_POOL_TIMEOUT = float(os.environ.get("HARNESS_DB_POOL_TIMEOUT", "10"))
-if HARNESS_DB_POOL_SIZE < 0:
-    raise ImproperlyConfigured("HARNESS_DB_POOL_SIZE must be 0 (no pool) or more.")
 
 DATABASES: dict[str, Any]
 if EMBEDDED:
@@ -281,32 +282,23 @@ _ROUTED = {
         "runs.tasks.live_layer_trim",
         "evals.tasks.suites_sweep",
     ),
-    # An eval suite started from the console: one at a time, for minutes, mostly waiting on
-    # its runs. Not on runs, where it would wait behind the backlog its own runs join; on
-    # default, whose small pool it holds one thread of while the sweepers keep theirs.
+    # An eval suite (one at a time, minutes waiting on its runs): not behind the backlog its
+    # own runs join, nor holding the sweepers' pool.
     CELERY_TASK_DEFAULT_QUEUE: ("evals.tasks.suite_execute",),
 }
 CELERY_TASK_ROUTES = {task: {"queue": queue} for queue, tasks in _ROUTED.items() for task in tasks}
-# A run spends most of its life waiting for the model: workers run tasks on threads, so a
-# waiting run holds a thread, not an OS process (bench/throughput.py: about 1 MiB of RSS per
-# run in flight, against 14-17 MiB per prefork process). HARNESS_RUN_THREADS is how many runs
-# one run worker drives at once, the setting to turn for a bigger machine. 200: the issue's
-# load (200 runs in flight on this 2-core machine); what bounds a worker is its CPU between
-# model calls (GIL: one core per process) and the database (SQLite's one writer, the pool),
-# not threads. Prefetch 1 per thread: a worker takes only what it can start, so other
-# machines' workers share a backlog.
-HARNESS_RUN_THREADS = int(os.environ.get("HARNESS_RUN_THREADS", "200"))
-if HARNESS_RUN_THREADS < 1:
-    raise ImproperlyConfigured("HARNESS_RUN_THREADS must be 1 or more.")
+# A run waits for the model most of its life: a waiting run holds a thread, not a process
+# (bench/throughput.py: under 1 MiB of RSS per run in flight, 14-17 MiB per prefork process).
+# HARNESS_RUN_THREADS: runs one run worker drives at once (200 in flight on this 2-core
+# machine); its CPU between model calls and the database bound a worker, not threads.
+# Prefetch 1 per thread: a worker takes only what it can start; machines share a backlog.
+HARNESS_RUN_THREADS = env_int("HARNESS_RUN_THREADS", default=200, minimum=1)
 # Run worker processes per machine (serve starts them all): one per core this process may
-# use, since a process's Python runs on one core at a time. On this 2-core machine one
-# process was one busy core at 200 runs in flight while the other waited (bench/throughput.py).
-# A bigger machine gets more of them by itself; HARNESS_RUN_THREADS is per process.
-HARNESS_RUN_PROCESSES = int(
-    os.environ.get("HARNESS_RUN_PROCESSES") or len(os.sched_getaffinity(0)) or 1
+# use, since a process's Python runs on one core at a time (one process left the other core
+# idle at 200 runs in flight). A bigger machine gets more by itself; threads are per process.
+HARNESS_RUN_PROCESSES = env_int(
+    "HARNESS_RUN_PROCESSES", default=len(os.sched_getaffinity(0)) or 1, minimum=1
 )
-if HARNESS_RUN_PROCESSES < 1:
-    raise ImproperlyConfigured("HARNESS_RUN_PROCESSES must be 1 or more.")
 CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = HARNESS_RUN_THREADS
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -316,14 +308,11 @@ HARNESS_RUN_LEASE_SECONDS = float(os.environ.get("HARNESS_RUN_LEASE_SECONDS", "3
 HARNESS_SWEEP_SECONDS = float(os.environ.get("HARNESS_SWEEP_SECONDS", "10"))
 # Pending approvals past their policy's deadline expire (SPEC A5); reminders go out first.
 HARNESS_APPROVAL_SWEEP_SECONDS = float(os.environ.get("HARNESS_APPROVAL_SWEEP_SECONDS", "30"))
-# Rollups (SPEC O6): runs add themselves as they finish; this rebuilds yesterday and today
-# from the raw rows, repairing anything that changed after a run ended.
+# Rollups (SPEC O6): how often yesterday and today are rebuilt from the raw rows (repairing
+# what changed after a run ended), and runs that ended folded in (and before every read).
 HARNESS_ROLLUP_RECONCILE_SECONDS = float(os.environ.get("HARNESS_ROLLUP_RECONCILE_SECONDS", "900"))
-# A run adds itself to its day as a delta row; the deltas are folded into the cells every
-# this many seconds (and by every dashboard and /metrics read, before it reads).
 HARNESS_ROLLUP_FOLD_SECONDS = float(os.environ.get("HARNESS_ROLLUP_FOLD_SECONDS", "10"))
-# The operations dashboard calls a run stuck when it is working (planning, running,
-# verifying) and has recorded no event for this long.
+# The operations dashboard calls a working run with no event for this long stuck.
 HARNESS_STUCK_AFTER_SECONDS = int(os.environ.get("HARNESS_STUCK_AFTER_SECONDS", "600"))
 # Tool calls one model turn may make (SPEC T6: tool spam); calls beyond are refused, each with
 # a tool result saying why, so a turn of a thousand tool_use blocks runs at most this many.
@@ -435,9 +424,7 @@ HARNESS_EVAL_LEASE_SECONDS = float(os.environ.get("HARNESS_EVAL_LEASE_SECONDS", 
 if HARNESS_EVAL_LEASE_SECONDS <= 0:
     raise ImproperlyConfigured("HARNESS_EVAL_LEASE_SECONDS must be above 0.")
 # Runs of a suite in flight at once: it shares the run workers with everyone's runs.
-HARNESS_EVAL_RUNS_AT_ONCE = int(os.environ.get("HARNESS_EVAL_RUNS_AT_ONCE", "8"))
-if HARNESS_EVAL_RUNS_AT_ONCE < 1:
-    raise ImproperlyConfigured("HARNESS_EVAL_RUNS_AT_ONCE must be 1 or more.")
+HARNESS_EVAL_RUNS_AT_ONCE = env_int("HARNESS_EVAL_RUNS_AT_ONCE", default=8, minimum=1)
 
 # --- Metrics ---------------------------------------------------------------------------
 # /metrics (SPEC O2) answers "Authorization: Bearer <METRICS_TOKEN>" (Prometheus's
