@@ -140,3 +140,9 @@ def test_a_client_that_leaves_mid_request_gives_its_thread_back_once_its_view_re
     assert asyncio.run(asyncio.wait_for(left_then_stayed(), 10)) == [None, 200]
     (first_thread, _, first_end), (second_thread, second_began, _) = views
     assert first_thread == second_thread and second_began >= first_end
+
+
+def test_only_http_comes_to_the_request_threads():
+    app = PooledThreadsASGIHandler(threads=1)
+    with pytest.raises(ValueError, match="not websocket"):
+        asyncio.run(app({"type": "websocket"}, None, None))

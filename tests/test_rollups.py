@@ -542,3 +542,26 @@ def test_a_rollback_while_the_day_is_reconciled_finishes_and_counts_once(
     cell = DailyRollup.objects.get(day=day)
     assert cell.data["runs"] == {"rolled_back": 1}
     assert rollups_reconcile([day]) == 0
+
+
+def test_the_admin_shows_the_rollups_with_the_runs_that_ended_since_the_last_fold(
+    places, personas, client
+):
+    agents, spaces = places
+    day = window(1)[0]
+    RollupDelta.objects.create(
+        day=day, agent=agents[0], workspace=spaces[0], data={"runs": {"completed": 1}}
+    )
+    client.force_login(personas.admin)
+    listed = client.get("/admin/runs/dailyrollup/")
+    assert listed.status_code == 200 and not RollupDelta.objects.exists()
+    cell = DailyRollup.objects.get(day=day, agent=agents[0])
+    assert cell.data == {"runs": {"completed": 1}}
+    RollupDelta.objects.create(
+        day=day, agent=agents[0], workspace=spaces[0], data={"runs": {"failed": 1}}
+    )
+    shown = client.get(f"/admin/runs/dailyrollup/{cell.pk}/change/")
+    assert shown.status_code == 200 and "failed" in shown.content.decode()
+    total = client.get("/admin/runs/dailytotal/")
+    assert total.status_code == 200
+    assert DailyTotal.objects.get(day=day).data["runs"] == {"completed": 1, "failed": 1}
