@@ -180,7 +180,7 @@ def rollups_fold() -> int:
     while True:
         with transaction.atomic():
             taken = _deltas_take(RollupDelta.objects.order_by("pk"), FOLD_BATCH)
-            cells_add(taken, left_out=_eval_agents() if taken else set())
+            _cells_add(taken, left_out=_eval_agents() if taken else set())
         count = sum(len(parts) for parts in taken.values())
         moved += count
         if count < FOLD_BATCH:
@@ -207,7 +207,7 @@ def _eval_agents() -> set[Any]:
     return set(Agent.objects.of_evals().values_list("pk", flat=True))
 
 
-def cells_add(
+def _cells_add(
     changes: dict[Cell, list[dict[str, Any]]],
     *,
     left_out: set[Any],
@@ -216,20 +216,19 @@ def cells_add(
 ) -> None:
     """Add ``changes`` to their cells, and those of agents not ``left_out`` to their days'
     totals, in the caller's transaction: cells locked in key order, then totals in day
-    order, as every writer of them does, so two never deadlock."""
+    order, as every writer of them does, so two never deadlock. The rows' trees were just
+    read under their locks: the changes are added to them in place."""
     totals: dict[date, dict[str, Any]] = {}
-    for key in sorted(changes, key=lambda k: (k[0], k[1], k[2])):
+    for key in sorted(changes):
         cell = cell_locked(cell_model, *key)
-        data = rollup.merge(cell.data, {})
         for part in changes[key]:
-            rollup.accumulate(data, part)
+            rollup.accumulate(cell.data, part)
             if key[1] not in left_out:
                 rollup.accumulate(totals.setdefault(key[0], {}), part)
-        cell.data = data
         cell.save(update_fields=["data", "updated_at"])
-    for day in sorted(totals) if total_model is not None else ():
+    for day in sorted(totals):
         total = total_locked(total_model, day)
-        total.data = rollup.merge(total.data, totals[day])
+        rollup.accumulate(total.data, totals[day])
         total.save(update_fields=["data", "updated_at"])
 
 
@@ -298,12 +297,12 @@ def reconcile_day(
         if delta_model is not None:  # the day's pending deltas, in its cells first
             _deltas_hold(delta_model)
             changes = _deltas_take(delta_model.objects.filter(day=day))
-            cells_add(
+            _cells_add(
                 changes, left_out=set(left_out), cell_model=rollup_model, total_model=total_model
             )
         existing = {
             (cell.agent_id, cell.workspace_id): cell
-            # In key order, as cells_add locks them; the cells' rows only (their ordering
+            # In key order, as _cells_add locks them; the cells' rows only (their ordering
             # by agent and workspace joined those rows, and locked them too).
             for cell in rollup_model.objects.select_for_update(of=("self",))
             .filter(day=day)
