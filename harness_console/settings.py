@@ -208,13 +208,11 @@ else:
     # Health checks: a connection the pool hands out is checked first (one round trip), so
     # the connections a PostgreSQL restart or failover cut are replaced, not handed to a run.
     _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
-    # Connections stay bounded under daphne: persistent connections (CONN_MAX_AGE) are per
-    # thread, and daphne serves each request on a thread of its own, so they piled up until
-    # PostgreSQL refused clients (NOTES.md; Django's docs advise against them under ASGI).
-    # Each process keeps a psycopg pool instead, of at most HARNESS_DB_POOL_SIZE connections
-    # (web and workers alike; a request waits up to HARNESS_DB_POOL_TIMEOUT seconds for one).
-    # Size PostgreSQL's max_connections for (web + worker processes) x this. 0: no pool,
-    # one connection per request, closed after it (behind a pooler such as PgBouncer).
+    # Connections stay bounded: persistent ones (CONN_MAX_AGE) are per thread, and piled up
+    # under daphne's threads until PostgreSQL refused clients (NOTES.md). Each process keeps
+    # a pool of at most HARNESS_DB_POOL_SIZE (web and workers; a request waits up to
+    # HARNESS_DB_POOL_TIMEOUT s): max_connections >= (web + worker processes) x this.
+    # 0: no pool, a connection per request, closed after it (behind PgBouncer, say).
     if HARNESS_DB_POOL_SIZE:
         _default["OPTIONS"] = {
             **_default.get("OPTIONS", {}),
@@ -222,9 +220,11 @@ else:
                 "min_size": min(2, HARNESS_DB_POOL_SIZE),
                 "max_size": HARNESS_DB_POOL_SIZE,
                 "timeout": HARNESS_DB_POOL_TIMEOUT,
-                # Connections above min_size close after a minute unused.
-                "max_idle": 60,
+                "max_idle": 60,  # above min_size, a connection a minute unused closes
             },
+            # Prepared statements, for the loop step's (runs.flow.checkpoint_statement);
+            # off without the pool: an external pooler may switch server connections.
+            "prepare_threshold": 5,
         }
     _default["TEST"] = {"NAME": f"test_{_default['NAME']}"}
     if USE_TEST_DATABASES:

@@ -434,6 +434,45 @@ def test_one_statement_stores_what_bulk_create_stores(personas, agent, workspace
     lease_release(driver.lease)
 
 
+def test_the_step_s_statement_runs_prepared_on_its_connection(personas, agent, notes, api):
+    """PostgreSQL took as long to plan the step's statement as to run it, and it is the
+    same statement every step, its values aside: it runs prepared on whichever of the
+    pool's connections sends it, and each step still stores its rows."""
+    _postgresql_only()
+    steps = 6
+    api.answers += [read(n) for n in range(1, steps + 1)]
+    api.answers.append(message([{"type": "text", "text": "Done."}]))
+    run = run_create(
+        agent=agent,
+        workspace=notes,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+    prepared: list[bool] = []
+
+    def wrapper(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith("WITH f AS (UPDATE"):  # asked on the connection that sent it
+            found = context["connection"].connection.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s"
+                " AND cardinality(parameter_types) = %s",
+                ["WITH f AS (UPDATE %", len(params)],
+            )
+            prepared.append(found.fetchone()[0] == 1)
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        run = drive(run)
+    assert run.status == "completed", run.failure_reason
+    assert len(prepared) >= steps and all(prepared), prepared
+    calls = ToolCall.objects.filter(run=run)
+    assert [c.status for c in calls] == ["ok"] * steps
+    assert Message.objects.filter(run=run, kind="tool_result").count() == steps
+    seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
 def test_one_statement_whose_fence_refuses_writes_nothing(
     personas, agent, workspace, api, monkeypatch
 ):

@@ -19,6 +19,9 @@ on SQLite, where the statements cost no round trip.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -32,6 +35,38 @@ from .row_inserts import insert_joined, rows_inserted
 # text), and with server-side binding PostgreSQL takes at most 65535 parameters. A larger
 # checkpoint (a compaction's rows, say) goes as a transaction of several statements.
 MAX_PARAMETERS = 65535
+
+
+@contextmanager
+def _prepared_cursor(db: Any) -> Iterator[Any]:
+    """A Django cursor (its errors, logging and ``execute_wrapper`` as any other's) whose
+    statements psycopg prepares, once per connection: a step's checkpoint is the same
+    statement every step, its values aside, and PostgreSQL took as long to plan it as to
+    run it. Its values are bound server-side, as a prepared statement takes them. Where
+    the settings leave preparing off (``prepare_threshold`` None: no pool of this process's
+    own, an external pooler), psycopg sends it unprepared."""
+    db.close_if_health_check_failed()  # as db.cursor() does, step by step
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    with db.wrap_database_errors:
+        raw = _prepared_class()(db.connection)
+        cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
+    with cursor:
+        yield cursor
+
+
+@cache
+def _prepared_class() -> type:
+    """psycopg's server-binding cursor (as Django's backend makes it) that asks for each
+    statement to be prepared; made on first use: only PostgreSQL's workers import it."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class Prepared(ServerBindingCursor):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs.setdefault("prepare", True)
+            return super().execute(query, params, **kwargs)  # type: ignore[misc]
+
+    return Prepared
 
 
 def statement_fits(pending: Pending) -> bool:
@@ -82,7 +117,7 @@ def checkpoint_statement(
         return None
     columns = ", ".join(["f.event_seq", "f.cancel_requested_at", *(a for _, a in keyed)])
     statement = f"WITH {', '.join(parts)} SELECT {columns} FROM f"  # noqa: S608 - built above
-    with db.cursor() as cursor:
+    with _prepared_cursor(db) as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()
     if row is None:
