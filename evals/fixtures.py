@@ -24,7 +24,7 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 
 from harness_console.roles import SUBMIT_RUNS
-from policies.mcp_servers import mcp_discover
+from policies.mcp_servers import mcp_discover, mcp_tools_list
 from policies.models import Agent, McpServer, Policy, PolicyRule, ToolDefinition, Workspace
 from policies.permissions import policy_bump_version
 from runs.models import Run
@@ -35,6 +35,8 @@ from .core.cases import Case, CaseError, McpSpec
 EVAL_USER: Final = "eval-runner"
 EVAL_APPROVER: Final = "eval-approver"
 RULE_FIELDS: Final = ("key", "tool", "decision", "path", "reason")
+# The tools an MCP server offered, by how it was started (command, arguments, timeout).
+Listed = dict[tuple[str, ...], list[Any]]
 
 
 @dataclass
@@ -57,13 +59,16 @@ class Prepared:
     decision_error: str = ""
 
 
-def case_prepare(case: Case, suite_dir: Path, servers_dir: Path) -> Prepared:
+def case_prepare(
+    case: Case, suite_dir: Path, servers_dir: Path, listed: Listed | None = None
+) -> Prepared:
     """The case's folder under ``suite_dir``, its workspace, MCP servers, policy and agent,
-    and what its folder holds before the run (to compare with after)."""
+    and what its folder holds before the run (to compare with after). ``listed``: the
+    tools of each server script started so far in this suite (see :func:`_mcp_for`)."""
     folder = suite_dir / case.name
     root = _lay_out(case, folder)
     workspace = _workspace_for(case, folder)
-    _mcp_for(case, servers_dir)
+    _mcp_for(case, servers_dir, {} if listed is None else listed)
     agent = _agent_for(case, _policy_for(case))
     (folder / "replay.json").write_text(
         json.dumps({"title": case.title, "model": "replay", "turns": list(case.turns)}), "utf-8"
@@ -234,10 +239,14 @@ def _agent_for(case: Case, policy: Policy | None) -> Agent:
     return agent
 
 
-def _mcp_for(case: Case, servers_dir: Path) -> None:
+def _mcp_for(case: Case, servers_dir: Path, listed: Listed) -> None:
     """The case's servers, enabled with its configuration and their tools enabled at its
     level; :func:`mcp_servers_off` turns them off again when the suite ends, so no other
-    agent is offered an eval server's tools (``wipe``, ``dump_env``) in between."""
+    agent is offered an eval server's tools (``wipe``, ``dump_env``) in between.
+
+    Each case names a server of its own, but most start the same script: what a server
+    started one way offers is asked once per suite (``listed``, by how it is started), not
+    once per case (a Python MCP server took 1.5 s to start and answer here)."""
     for spec in case.mcp:
         script = _mcp_script(case, spec, servers_dir)
         server, _ = McpServer.objects.update_or_create(
@@ -254,7 +263,10 @@ def _mcp_for(case: Case, servers_dir: Path) -> None:
                 "for_evals": True,
             },
         )
-        mcp_discover(server)
+        started_as = (server.command, *map(str, server.args), str(server.timeout_sec))
+        if started_as not in listed:
+            listed[started_as] = mcp_tools_list(server)
+        mcp_discover(server, listed[started_as])
         ToolDefinition.objects.filter(name__startswith=f"mcp:{spec.name}:").update(
             enabled=True, permission_level=spec.permission_level
         )

@@ -35,7 +35,7 @@ from runs.models import Run
 from .collect import outcome_collect
 from .core.cases import CATEGORIES, SAFETY_CATEGORY
 from .core.judge import judge
-from .fixtures import Prepared, case_prepare, eval_user, mcp_servers_off
+from .fixtures import Listed, Prepared, case_prepare, eval_user, mcp_servers_off
 from .loading import BROKEN, Loaded, SuiteError, cases_load
 from .models import EvalResult, EvalSuiteRun
 from .progress import Progress, suite_news, suites_abandoned_mark
@@ -223,13 +223,14 @@ def _suite_steps(run: _Suite, suite_dir: Path) -> None:
 
 def _prepare_all(run: _Suite, suite_dir: Path) -> None:
     servers_dir = Path(__file__).resolve().parent / SERVERS_DIR
+    listed: Listed = {}  # each server script is started once to list its tools
     for case in run.loaded.cases:
         run.progress.beat()
         if run.model == "anthropic" and case.model == "replay":
             run.prepared.append(Prepared(case, suite_dir, None, skipped="replay-only case"))
             continue
         try:
-            run.prepared.append(case_prepare(case, suite_dir, servers_dir))
+            run.prepared.append(case_prepare(case, suite_dir, servers_dir, listed))
         except Exception as error:  # a case that cannot be laid out is broken, not fatal
             logger.warning("Eval case %s could not be prepared", case.source, exc_info=True)
             run.loaded.errors.append(f"{case.source}: {error}")

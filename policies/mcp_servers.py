@@ -115,12 +115,20 @@ async def _list_tools(server: McpServer) -> list[Any]:
             return list((await session.list_tools()).tools)
 
 
-def mcp_discover(server: McpServer) -> list[str]:
+def mcp_tools_list(server: McpServer) -> list[Any]:
+    """The tools the server offers, as it says when started as every call starts it."""
+    return anyio.run(_list_tools, server)
+
+
+def mcp_discover(server: McpServer, tools: list[Any] | None = None) -> list[str]:
     """Put the server's new tools in the registry and refresh the descriptions, schemas
     and hints of known ones; tools it no longer offers are disabled. Never re-enables a
     tool. Each tool's reach (argument kinds, whole-root) is prefilled from its schema; an
-    admin's kinds are kept, and so are their side effect, level and timeout."""
-    tools = anyio.run(_list_tools, server)
+    admin's kinds are kept, and so are their side effect, level and timeout. ``tools``:
+    what :func:`mcp_tools_list` said of a server started the same way (the eval set's
+    cases each name their own copy of one script); else the server is started and asked."""
+    if tools is None:
+        tools = mcp_tools_list(server)
     names = []
     for tool in tools:
         name = registry_name(server.name, tool.name)

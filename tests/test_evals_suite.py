@@ -461,6 +461,41 @@ def test_anything_written_beside_the_workspace_counts_as_outside(personas, setti
     assert outcome_collect(item, {}).outside_changed == ("escaped.md", "outside/notes.txt")
 
 
+def test_a_suite_starts_each_mcp_script_once_to_list_its_tools(personas, tmp_path, monkeypatch):
+    """Cases name servers of their own that mostly start one script: the script is started
+    once per suite to say what it offers, and every case's server gets those tools, enabled
+    at the case's level; a suite of its own starts it again (the script may have changed)."""
+    from evals import fixtures
+    from evals.core.parsing import case_parse
+    from evals.fixtures import case_prepare
+    from policies.models import ToolDefinition
+
+    started: list[str] = []
+    real = fixtures.mcp_tools_list
+
+    def counted(server):
+        started.append(server.name)
+        return real(server)
+
+    monkeypatch.setattr(fixtures, "mcp_tools_list", counted)
+    data = json.loads((ROOT / "evals/cases/malicious/mcp-path-traversal.json").read_text())
+    servers = ROOT / "evals" / "servers"
+
+    def case(n: int):
+        spec = {**data["mcp"][0], "name": f"eval-notes-once-{n}"}
+        return case_parse({**data, "name": f"mcp-once-{n}", "mcp": [spec]}, source=f"once-{n}")
+
+    listed: fixtures.Listed = {}
+    for n in range(3):
+        case_prepare(case(n), tmp_path / "suite", servers, listed)
+    assert started == ["eval-notes-once-0"]
+    for n in range(3):
+        tools = ToolDefinition.objects.filter(name__startswith=f"mcp:eval-notes-once-{n}:")
+        assert {t.name.rsplit(":", 1)[1] for t in tools if t.enabled} >= {"read_note"}
+    case_prepare(case(3), tmp_path / "again", servers)  # no list given: a suite of its own
+    assert started == ["eval-notes-once-0", "eval-notes-once-3"]
+
+
 def eval_and_real_runs(personas, eval_rows, agent, workspace):
     """A real run and an eval run, both failed today, through the real transition (so
     each is counted in the rollups as runs are)."""
