@@ -46,6 +46,17 @@ def notes(workspace):
     return workspace
 
 
+def asked(personas, agent, workspace) -> Run:
+    """The operator's run about docs/notes.md, handed to no worker."""
+    return run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request="What does docs/notes.md say?",
+        dispatch=False,
+    )
+
+
 @contextmanager
 def statements_and_commits() -> Iterator[tuple[list[str], list[int]]]:
     """Every statement this thread's connection runs (the lease keeper has its own), with
@@ -91,13 +102,7 @@ def tables_written(statements: list[str]) -> list[tuple[str, str]]:
 
 def test_a_loop_step_is_one_transaction_with_one_statement_per_table(personas, agent, notes, api):
     api.answers += [read(1), read(2), read(3), message([{"type": "text", "text": "Done."}])]
-    run = run_create(
-        agent=agent,
-        workspace=notes,
-        requester=personas.operator,
-        request="What does docs/notes.md say?",
-        dispatch=False,
-    )
+    run = asked(personas, agent, notes)
     with statements_and_commits() as (found, _):
         run = drive(run)
     assert run.status == "completed", run.failure_reason
@@ -132,13 +137,7 @@ def test_the_fixed_flow_of_a_read_only_run_rides_three_checkpoints(personas, age
         read(2, "searchDocs", {"query": "loop"}),
         message([{"type": "text", "text": "It waits."}]),
     ]
-    run = run_create(
-        agent=agent,
-        workspace=notes,
-        requester=personas.operator,
-        request="What does docs/notes.md say?",
-        dispatch=False,
-    )
+    run = asked(personas, agent, notes)
     with statements_and_commits() as (found, commits):
         run = drive(run)
     assert run.status == "completed", run.failure_reason
@@ -157,13 +156,7 @@ def test_a_transition_whose_run_moved_meanwhile_writes_nothing(personas, agent, 
     """A worker frozen past its lease whose run was cancelled (failed without it) wakes
     and checkpoints planning → running: the row is no longer in the status the change
     starts from, so the fence refuses, and nothing of the checkpoint is written."""
-    run = run_create(
-        agent=agent,
-        workspace=workspace,
-        requester=personas.operator,
-        request="What does docs/notes.md say?",
-        dispatch=False,
-    )
+    run = asked(personas, agent, workspace)
     lease = lease_claim(run_id=run.pk, worker="test-worker:1")
     assert lease is not None
     driver = Driver(lease=lease, beat=Heartbeat(lease))
@@ -442,13 +435,7 @@ def test_the_step_s_statement_runs_prepared_on_its_connection(personas, agent, n
     steps = 6
     api.answers += [read(n) for n in range(1, steps + 1)]
     api.answers.append(message([{"type": "text", "text": "Done."}]))
-    run = run_create(
-        agent=agent,
-        workspace=notes,
-        requester=personas.operator,
-        request="What does docs/notes.md say?",
-        dispatch=False,
-    )
+    run = asked(personas, agent, notes)
     prepared: list[bool] = []
 
     def wrapper(execute, sql, params, many, context):
