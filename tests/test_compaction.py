@@ -1,7 +1,8 @@
 """Message compaction (SPEC R10): three tiers, always a conversation the API accepts.
 
 Pure: no database, no Django. The properties run over random conversations (text turns and
-tool-call turns, failures included) and random thresholds.
+tool-call turns, failures included) and random thresholds (tests/conversations.py); the
+rules a compaction must keep are tests/test_conversation_validity.py's.
 """
 
 from __future__ import annotations
@@ -20,141 +21,19 @@ from runs.core.compaction import (
     SUMMARY_HEADER,
     Compacted,
     Thresholds,
-    check_valid,
     compact,
     estimate_tokens,
     summarize_turn,
 )
-
-TOOLS = ("readSource", "grep", "glob", "patchDraft", "dangerous", "requestApproval")
-
-
-# --- building conversations ------------------------------------------------------------------
-def tool_turn(
-    number: int,
-    *,
-    said: str = "Let me look.",
-    path: str = "src/app.py",
-    error: str | None = None,
-    output: str = "ok",
-) -> list[dict]:
-    """One turn: the assistant calls readSource on ``path``; the result fails with ``error``."""
-    use_id = f"toolu_{number:04d}"
-    return [
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": said},
-                {"type": "tool_use", "id": use_id, "name": "readSource", "input": {"path": path}},
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": use_id,
-                    "content": error or output,
-                    "is_error": error is not None,
-                }
-            ],
-        },
-    ]
-
-
-def conversation(turns: int, filler: int = 200) -> list[dict]:
-    messages: list[dict] = [{"role": "user", "content": "Fix the failing test in tests/test_x.py."}]
-    for number in range(turns):
-        messages += tool_turn(number, output="line of output\n" * filler)
-    return messages
-
-
-def total(messages: list[dict]) -> int:
-    return sum(estimate_tokens(message) for message in messages)
-
-
-def recent_length(messages: list[dict], keep: int) -> int:
-    """How many messages the newest ``keep`` turns take (a turn starts at an odd index)."""
-    starts = list(range(1, len(messages), 2))[-keep:]
-    return len(messages) - starts[0] if starts else 0
-
-
-# --- random conversations --------------------------------------------------------------------
-# Phrases rather than random characters keep generation fast; between them they hold what
-# JSON escaping makes costly (quotes, backslashes, control and multi-byte characters), paths,
-# decisions and empty text.
-words = st.sampled_from(
-    [
-        "",
-        "Let me look.",
-        'He said "stop" \\ then\x01 left.',
-        "Reading runs/tasks.py now! Then more.",
-        "Approval required: deleteFile README.md",
-        "é日本🙂 multi-byte",
-        "Error: no such file\nTraceback ...",
-    ]
-)
-texts = st.builds(
-    lambda head, filler, count: head + filler * count,
-    words,
-    st.sampled_from([" see src/app/models.py.", " approved by ops.", " é日本 \n", "x"]),
-    st.integers(min_value=0, max_value=60),
-)
-
-
-turn_counts = st.integers(min_value=0, max_value=10)
-call_counts = st.integers(min_value=0, max_value=3)
-tool_names = st.sampled_from(TOOLS)
-tool_inputs = st.dictionaries(
-    st.sampled_from(["path", "pattern", "query", "command", "content"]), texts, max_size=2
-)
-flags = st.booleans()
-# Strategies are built once, above: building them inside ``draw`` calls dominated the runtime.
-
-
-@st.composite
-def conversations(draw) -> list[dict]:
-    messages: list[dict] = [{"role": "user", "content": draw(texts) or "Do the task."}]
-    for number in range(draw(turn_counts)):
-        calls = draw(call_counts)
-        said = draw(texts) or "Next."
-        if not calls:
-            messages.append({"role": "assistant", "content": said})
-            messages.append({"role": "user", "content": draw(texts) or "Go on."})
-            continue
-        ids = [f"toolu_{number:03d}_{index}" for index in range(calls)]
-        uses = [
-            {"type": "tool_use", "id": use_id, "name": draw(tool_names), "input": draw(tool_inputs)}
-            for use_id in ids
-        ]
-        prefix = [{"type": "text", "text": said}] if draw(flags) else []
-        messages.append({"role": "assistant", "content": prefix + uses})
-        results: list[dict] = []
-        for use_id in ids:
-            body = draw(texts)
-            content = body if draw(flags) else [{"type": "text", "text": body}]
-            error = draw(flags)
-            results.append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": use_id,
-                    "content": content,
-                    "is_error": error,
-                }
-            )
-        messages.append({"role": "user", "content": results})
-    if draw(flags):
-        messages.append({"role": "assistant", "content": draw(texts) or "Done."})
-    return messages
-
-
-thresholds = st.builds(
-    lambda whole, extra, keep: Thresholds(
-        whole_tokens=whole, summary_tokens=whole + extra, keep_recent_turns=keep
-    ),
-    st.integers(min_value=1, max_value=3_000),
-    st.integers(min_value=1, max_value=3_000),
-    st.integers(min_value=1, max_value=5),
+from runs.core.validity import check_valid
+from tests.conversations import (
+    conversation,
+    conversations,
+    recent_length,
+    thresholds,
+    tool_turn,
+    total,
+    valid,
 )
 
 
@@ -410,65 +289,6 @@ def test_compaction_that_would_not_save_anything_keeps_everything_whole():
     assert result.tier == 1 and result.messages == messages
 
 
-# --- validity --------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("messages", "complaint"),
-    [
-        ([], "at least the task"),
-        ([{"role": "assistant", "content": "hi"}], "roles alternate"),
-        ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "roles alternate"),
-        (
-            [
-                {"role": "user", "content": "task"},
-                {
-                    "role": "assistant",
-                    "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}],
-                },
-            ],
-            "have no results",
-        ),
-        (
-            [
-                {"role": "user", "content": "task"},
-                {
-                    "role": "assistant",
-                    "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}],
-                },
-                {"role": "user", "content": "no result"},
-            ],
-            "each call needs exactly one result",
-        ),
-        (
-            [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
-            "each call needs exactly one result",
-        ),
-        (
-            [
-                {"role": "user", "content": "task"},
-                {
-                    "role": "assistant",
-                    "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}],
-                },
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": "first"},
-                        {"type": "tool_result", "tool_use_id": "t"},
-                    ],
-                },
-            ],
-            "must come before",
-        ),
-        ([{"role": "user", "content": 3}], "string or a list"),
-    ],
-)
-def test_check_valid_names_what_the_api_would_refuse(messages, complaint):
-    with pytest.raises(ValueError, match=complaint):
-        check_valid(messages)
-    with pytest.raises(ValueError, match="Cannot compact an invalid conversation"):
-        compact(messages, Thresholds())
-
-
 @pytest.mark.parametrize(
     ("arguments", "complaint"),
     [
@@ -493,47 +313,43 @@ def test_results_are_frozen():
         result.tier = 2  # type: ignore[misc]
 
 
-# --- a check that goes on from the last turn's ------------------------------------------------
+# --- summaries kept from the last turn ----------------------------------------------------------
 @settings(max_examples=150, deadline=None)
 @given(conversations(), thresholds, st.data())
-def test_a_check_from_an_earlier_turn_reads_only_what_came_after_and_agrees(messages, limits, data):
-    """The loop checks its conversation every turn; going on from the last turn's check is
-    the same as checking it all again, and so is the compaction that starts from it."""
-    prefixes = [k for k in range(1, len(messages) + 1) if _valid(messages[:k])]
+def test_summaries_kept_from_an_earlier_turn_give_the_same_compaction(messages, limits, data):
+    """The loop keeps the summaries of the turns it compacted: going on from an earlier
+    turn's (a shorter prefix of the same conversation) is the same as summarizing again."""
+    prefixes = [k for k in range(1, len(messages) + 1) if valid(messages[:k])]
     k = data.draw(st.sampled_from(prefixes))
-    earlier = check_valid(messages[:k])
-    assert earlier.count == k
-    assert check_valid(messages, earlier) == check_valid(messages)
-    assert compact(messages, limits, checked=earlier) == compact(messages, limits)
+    kept: dict = {}
+    assert compact(messages[:k], limits, summaries=kept) == compact(messages[:k], limits)
+    assert compact(messages, limits, summaries=kept) == compact(messages, limits)
+    assert compact(messages, limits, summaries=kept) == compact(messages, limits)
 
 
-def _valid(messages) -> bool:
-    try:
-        check_valid(messages)
-    except ValueError:
-        return False
-    return True
+def test_a_growing_conversation_summarizes_each_old_turn_once(monkeypatch):
+    """Above the threshold every turn's compaction summarized every old turn again: a
+    step cost more the longer its run. With the loop's summaries kept, each turn is
+    summarized once over the whole run, and each turn's prompt is what it was."""
+    from runs.core import compaction
 
+    made: list[int] = []
+    summarize = compaction.summarize_turn
 
-def test_going_on_from_an_earlier_check_still_refuses_a_repeated_tool_use_id():
-    earlier = [{"role": "user", "content": "task"}, *tool_turn(1)]
-    checked = check_valid(earlier)
-    again = [*earlier, *tool_turn(1, said="Once more.")]  # toolu_0001 was made before
-    with pytest.raises(ValueError, match="repeats the tool_use id 'toolu_0001'"):
-        check_valid(again, checked)
+    def counted(messages, first_index=0):
+        made.append(first_index)
+        return summarize(messages, first_index)
 
-
-def test_a_conversation_that_changed_where_the_check_stopped_is_read_again():
-    """The last message read now holds more blocks: another conversation than the one
-    checked, so it is read whole, and what is wrong before that point is found."""
-    earlier = [{"role": "user", "content": "task"}, *tool_turn(1)]
-    checked = check_valid(earlier)
-    broken = [{"role": "user", "content": "task"}, *tool_turn(1), *tool_turn(2)]
-    broken[0] = {"role": "assistant", "content": "not the task"}
-    broken[2] = {**broken[2], "content": [*broken[2]["content"], {"type": "text", "text": "+"}]}
-    with pytest.raises(ValueError, match="Message 0 is 'assistant'"):
-        check_valid(broken, checked)
-    # With the same blocks there again it is taken for the conversation checked: the
-    # caller's promise (a loop's conversation only grows at its end), not read again.
-    broken[2] = earlier[2]
-    assert check_valid(broken, checked).count == len(broken)
+    limits = Thresholds(whole_tokens=800, summary_tokens=1_200, keep_recent_turns=2)
+    messages: list[dict] = conversation(0)
+    kept: dict = {}
+    tiers = set()
+    for number in range(60):
+        messages += tool_turn(number, output="line of output\n" * 20)
+        fresh = compact(messages, limits)
+        monkeypatch.setattr(compaction, "summarize_turn", counted)
+        assert compact(messages, limits, summaries=kept) == fresh
+        monkeypatch.setattr(compaction, "summarize_turn", summarize)
+        tiers.add(fresh.tier)
+    assert tiers == {1, 2, 3}
+    assert made and sorted(made) == sorted(set(made))  # no turn summarized twice

@@ -9,12 +9,12 @@ context without the loop ever losing track of what the conversation is.
 - Tier 3: if it is still above ``summary_tokens``, the oldest summaries are dropped too, and the
   summary says how many turns went.
 
-The result is always a conversation the Messages API accepts (``check_valid``): the task stays
-first and whole, roles alternate, and a tool call is never separated from its result: a turn is
-summarized or dropped as a whole. The summaries go in one user message after the task; one short
-assistant message labelled as the harness's sits between the two, because the task must stay
-byte-identical (it is the prompt's stable, cached prefix) and two user messages in a row would
-break the alternation.
+The result is always a conversation the Messages API accepts (``validity.check_valid``): the
+task stays first and whole, roles alternate, and a tool call is never separated from its
+result: a turn is summarized or dropped as a whole. The summaries go in one user message after
+the task; one short assistant message labelled as the harness's sits between the two, because
+the task must stay byte-identical (it is the prompt's stable, cached prefix) and two user
+messages in a row would break the alternation.
 
 A tier is applied only if it makes the prompt smaller, and a summary is never larger than the
 turn it replaces; so compaction never grows a prompt, and tightening the thresholds never lowers
@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache, lru_cache
 from typing import Any, Final, Literal
 
 from policies.core.tokenizer import ByteEstimate, utf8_length
+
+from .validity import Checked, block_count, check_valid
 
 SUMMARY_HEADER: Final = "[Earlier turns, summarized by the harness]"
 BRIDGE_TEXT: Final = "[Harness] The earlier turns were compacted; their summary follows."
@@ -135,6 +138,12 @@ class Compacted:
         }
 
 
+# A turn's summary and its entry's bytes in the summary message, by the turn's place and
+# its two messages' block counts: kept by the caller across the turns of one conversation,
+# which only grows at its end, so that an old turn is summarized once, not at every turn.
+Summaries = MutableMapping[tuple[int, int, int, int], tuple[TurnSummary, int]]
+
+
 # --- sizes ------------------------------------------------------------------------------------
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -153,104 +162,6 @@ def _encoded_length(text: str) -> int:
 def estimate_tokens(message: Mapping[str, Any]) -> int:
     """``ceil(utf-8 bytes of the message's compact JSON / 4)``: ``ByteEstimate`` on what is sent."""
     return _TOKENIZER.tokens_for_size(_json_bytes(message))
-
-
-# --- validity -------------------------------------------------------------------------------
-def _blocks(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]]:
-    content = message.get("content")
-    if isinstance(content, str):
-        return []
-    if not isinstance(content, list):
-        raise ValueError(f"Message {index}'s content must be a string or a list of blocks.")
-    for block in content:
-        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-            raise ValueError(f"Message {index} has a content block without a type.")
-    return content
-
-
-@dataclass(frozen=True)
-class Checked:
-    """How far :func:`check_valid` read a conversation that only grows at its end: its first
-    ``count`` messages were valid, the last of them holding ``blocks`` content blocks, and
-    made the tool calls ``seen_ids``. A valid conversation has answered every call it made,
-    so nothing else carries over to the messages after them."""
-
-    count: int = 0
-    blocks: int = -1
-    seen_ids: frozenset[str] = frozenset()
-
-    def holds_for(self, messages: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether ``messages`` still start with what was read: as many messages or more,
-        the last one read with as many blocks (a message that grew is read again)."""
-        count = self.count
-        return 0 < count <= len(messages) and _block_count(messages[count - 1]) == self.blocks
-
-
-def _block_count(message: Mapping[str, Any]) -> int:
-    content = message.get("content") if isinstance(message, Mapping) else None
-    return len(content) if isinstance(content, list) else -1
-
-
-def check_valid(messages: Sequence[Mapping[str, Any]], since: Checked | None = None) -> Checked:
-    """Raise ``ValueError`` unless the Messages API would accept the conversation's structure:
-    it starts with the user's task, roles alternate, every tool call is answered in the very
-    next message (results first, each exactly once), and no result answers a call not made just
-    before. These are the rules compaction could break; content itself is not judged.
-
-    ``since``: what an earlier check of the same conversation read (a loop's, one turn ago),
-    so only the messages after it are read; the answer is what this check read."""
-    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
-        raise ValueError("A conversation is a list of messages.")
-    if not messages:
-        raise ValueError("A conversation needs at least the task message.")
-    start = since.count if since is not None and since.holds_for(messages) else 0
-    seen_ids: set[str] = set(since.seen_ids) if start and since is not None else set()
-    calls: list[str] = []  # the previous assistant message's tool_use ids
-    for index, message in enumerate(messages[start:], start):
-        if not isinstance(message, Mapping):
-            raise ValueError(f"Message {index} is not a mapping.")
-        expected = "user" if index % 2 == 0 else "assistant"
-        if message.get("role") != expected:
-            raise ValueError(
-                f"Message {index} is {message.get('role')!r} where {expected!r} was expected: "
-                "roles alternate, starting with the user's task."
-            )
-        blocks = _blocks(message, index)
-        uses = [block for block in blocks if block["type"] == "tool_use"]
-        results = [block for block in blocks if block["type"] == "tool_result"]
-        if expected == "assistant":
-            if results:
-                raise ValueError(f"Message {index} is the assistant's but holds a tool_result.")
-            calls = []
-            for use in uses:
-                use_id = use.get("id")
-                if not isinstance(use_id, str) or not use_id:
-                    raise ValueError(f"Message {index} has a tool_use without an id.")
-                if use_id in seen_ids:
-                    raise ValueError(f"Message {index} repeats the tool_use id {use_id!r}.")
-                if not isinstance(use.get("name"), str) or not isinstance(
-                    use.get("input"), Mapping
-                ):
-                    raise ValueError(f"Message {index}'s tool_use {use_id!r} lacks a name/input.")
-                seen_ids.add(use_id)
-                calls.append(use_id)
-            continue
-        if uses:
-            raise ValueError(f"Message {index} is the user's but holds a tool_use.")
-        answered = [result.get("tool_use_id") for result in results]
-        if sorted(map(str, answered)) != sorted(calls):
-            raise ValueError(
-                f"Message {index} answers the tool calls {answered} but message {index - 1} "
-                f"made {calls}: each call needs exactly one result, in the next message."
-            )
-        if any(block["type"] != "tool_result" for block in blocks[: len(results)]):
-            raise ValueError(f"Message {index}: tool results must come before any other block.")
-        calls = []
-    if calls:
-        raise ValueError(
-            f"The last message's tool calls {calls} have no results: answer them before sending."
-        )
-    return Checked(len(messages), _block_count(messages[-1]), frozenset(seen_ids))
 
 
 def _turns(count: int) -> list[tuple[int, int]]:
@@ -470,11 +381,34 @@ def _summary_message(dropped: int, summaries: Sequence[TurnSummary]) -> dict[str
     return {"role": "user", "content": text}
 
 
+@cache
+def _bridge_tokens() -> int:
+    return estimate_tokens(_bridge())
+
+
+@lru_cache(maxsize=1024)
+def _header_bytes(dropped: int) -> int:
+    """The summary message's bytes without its entries (the header says how many went)."""
+    return _json_bytes(_summary_message(dropped, ()))
+
+
 def _tokens_with_block(whole_tokens: int, dropped: int, entry_bytes: int) -> int:
     """The prompt's tokens: the messages kept whole, the bridge, and the summary message whose
     entries take ``entry_bytes`` inside its JSON (priced without rendering it)."""
-    summary_bytes = _json_bytes(_summary_message(dropped, ())) + entry_bytes
-    return whole_tokens + estimate_tokens(_bridge()) + _TOKENIZER.tokens_for_size(summary_bytes)
+    summary_bytes = _header_bytes(dropped) + entry_bytes
+    return whole_tokens + _bridge_tokens() + _TOKENIZER.tokens_for_size(summary_bytes)
+
+
+def _summarized(
+    messages: Sequence[Mapping[str, Any]], first: int, last: int, kept: Summaries
+) -> tuple[TurnSummary, int]:
+    """The turn's summary and its entry's bytes, from ``kept`` when it holds the same turn."""
+    key = (first, last, block_count(messages[first]), block_count(messages[last]))
+    found = kept.get(key)
+    if found is None:
+        summary = summarize_turn(messages[first : last + 1], first_index=first)
+        found = kept[key] = (summary, _encoded_length("\n" + _entry(summary)))
+    return found
 
 
 def _build(
@@ -483,17 +417,20 @@ def _build(
     summaries: Sequence[TurnSummary],
     dropped: int,
     tokens_before: int,
+    sizes: Sequence[int],
 ) -> Compacted:
     first_kept = summaries[-1].last_index + 1
     kept = summaries[dropped:]
-    result = [messages[0], _bridge(), _summary_message(dropped, kept), *messages[first_kept:]]
+    block = _summary_message(dropped, kept)
+    result = [messages[0], _bridge(), block, *messages[first_kept:]]
+    whole = sizes[0] + sum(sizes[first_kept:])  # the messages kept as they were, as priced
     return Compacted(
         messages=result,
         tier=tier,
         summarized=tuple(kept),
         dropped=tuple((s.first_index, s.last_index) for s in summaries[:dropped]),
         tokens_before=tokens_before,
-        tokens_after=sum(estimate_tokens(message) for message in result),
+        tokens_after=whole + _bridge_tokens() + estimate_tokens(block),
     )
 
 
@@ -502,12 +439,16 @@ def compact(
     thresholds: Thresholds,
     sizes: Sequence[int] | None = None,
     checked: Checked | None = None,
+    summaries: Summaries | None = None,
 ) -> Compacted:
     """The conversation to send now, compacted as far as the thresholds ask (see the module's
     docstring). The input is never changed; an invalid conversation raises ``ValueError``,
     since no compaction of it could be valid. ``sizes``: each message's
     :func:`estimate_tokens`, when the caller kept them from an earlier turn; ``checked``:
-    the input's check one turn ago (``Compacted.checked``), when the caller kept it."""
+    the input's check one turn ago (``Compacted.checked``), when the caller kept it;
+    ``summaries``: the turns summarized so far, which this call reads and adds to (once a
+    long conversation is above ``whole_tokens``, every turn's compaction summarizes all of
+    its old turns: without them, a step cost more the longer its run)."""
     try:
         valid = check_valid(messages, checked)
     except ValueError as error:
@@ -524,27 +465,29 @@ def compact(
         return best
 
     # Tier 2: summarize the oldest turns, one at a time, until the prompt fits.
-    summaries: list[TurnSummary] = []
+    kept = {} if summaries is None else summaries
+    made: list[TurnSummary] = []
     entry_sizes: list[int] = []
-    whole, total = before, before
+    whole, total, entry_bytes = before, before, 0
     for first, last in old:
         if total <= thresholds.whole_tokens:
             break
-        summary = summarize_turn(messages[first : last + 1], first_index=first)
-        summaries.append(summary)
-        entry_sizes.append(_encoded_length("\n" + _entry(summary)))
+        summary, size = _summarized(messages, first, last, kept)
+        made.append(summary)
+        entry_sizes.append(size)
+        entry_bytes += size
         whole -= sum(sizes[first : last + 1])
-        total = _tokens_with_block(whole, 0, sum(entry_sizes))
+        total = _tokens_with_block(whole, 0, entry_bytes)
     if total < before:
-        best = _build(messages, 2, summaries, 0, before)
+        best = _build(messages, 2, made, 0, before, sizes)
 
     # Tier 3: still too large once every old turn is a summary; drop the oldest summaries.
     if total > thresholds.summary_tokens:
-        dropped, remaining = 0, sum(entry_sizes)
-        while total > thresholds.summary_tokens and dropped < len(summaries):
+        dropped, remaining = 0, entry_bytes
+        while total > thresholds.summary_tokens and dropped < len(made):
             remaining -= entry_sizes[dropped]
             dropped += 1
             total = _tokens_with_block(whole, dropped, remaining)
         if total < best.tokens_after:
-            best = _build(messages, 3, summaries, dropped, before)
+            best = _build(messages, 3, made, dropped, before, sizes)
     return best if best.checked is valid else replace(best, checked=valid)

@@ -9,7 +9,8 @@ from typing import Any
 from django.db import models
 
 from ..conversation import ApiMessages
-from ..core.compaction import Checked
+from ..core.compaction import Summaries
+from ..core.validity import Checked
 from ..leases import Heartbeat, Lease
 from ..models import Message, Run
 
@@ -63,6 +64,7 @@ class Driver:
     config: Any = None  # runs.flow.config.RunConfig, read once per claim, kept fresh
     sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # token estimates
     checked: Checked | None = None  # how far the conversation's structure was checked
+    summaries: Summaries = field(default_factory=dict)  # old turns summarized, by compaction
     api: ApiMessages = field(default_factory=ApiMessages)  # the rows as the API wants them
     # The system prompt's layers and the tools' tokens as this claim sends them (B12).
     layers: list[dict[str, Any]] = field(default_factory=list)

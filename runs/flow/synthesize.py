@@ -175,6 +175,7 @@ def _model_turn(
         ),
         _sizes(driver, messages),
         driver.checked,
+        driver.summaries,
     )
     driver.checked = compacted.checked
     span = telemetry.chat_started(
