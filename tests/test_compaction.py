@@ -353,3 +353,35 @@ def test_a_growing_conversation_summarizes_each_old_turn_once(monkeypatch):
         tiers.add(fresh.tier)
     assert tiers == {1, 2, 3}
     assert made and sorted(made) == sorted(set(made))  # no turn summarized twice
+
+
+def test_each_turn_s_record_holds_what_is_new_since_the_last_one():
+    """The run's history records each compaction as what it changed since the one before:
+    every summary once, every dropped turn once, whatever the tiers passed through; the
+    run keeps the brief. A record from before briefs (the whole summary list) is read too."""
+    limits = Thresholds(whole_tokens=800, summary_tokens=1_200, keep_recent_turns=2)
+    messages: list[dict] = conversation(0)
+    before: dict | None = None
+    summaries: dict[int, dict] = {}
+    dropped: list[list[int]] = []
+    for number in range(60):
+        messages += tool_turn(number, output="line of output\n" * 20)
+        result = compact(messages, limits)
+        if result.tier == 1 or result.brief() == before:
+            continue
+        record = json.loads(json.dumps(result.since(before)))
+        assert {k: v for k, v in record.items() if k not in ("summarized", "dropped")} == (
+            result.brief()
+        )
+        for summary in record["summarized"]:
+            assert summary["first_index"] not in summaries
+            summaries[summary["first_index"]] = summary
+        dropped += record["dropped"]
+        before = result.brief()
+    assert [list(span) for span in result.dropped] == dropped
+    assert all(summaries[s.first_index] == s.to_json() for s in result.summarized)
+    assert "summarized" not in result.brief() and result.brief()["dropped_turns"] == len(dropped)
+    # A record as runs kept it before: its lists counted as what was compacted then.
+    assert result.since(result.to_json())["summarized"] == []
+    assert result.since(result.to_json())["dropped"] == []
+    assert len(result.since(None)["summarized"]) == len(result.summarized)

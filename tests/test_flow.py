@@ -250,12 +250,24 @@ def test_long_conversations_are_compacted_and_the_run_shows_the_tier(
     assert run.compaction["tokens_after"] < run.compaction["tokens_before"]
     tiers = [e.payload["compaction_tier"] for e in run.events.filter(type="model.turn")]
     assert tiers[0] == 1 and max(tiers) >= 2
-    assert run.events.filter(type="compaction").exists()
+    # Each compaction event records what it changed: a turn's summary once, not again
+    # at every turn after it; the run keeps the counts, not the summaries.
+    records = [e.payload for e in run.events.filter(type="compaction").order_by("seq")]
+    assert records
+    firsts = [s["first_index"] for record in records for s in record["summarized"]]
+    assert len(firsts) == len(set(firsts))
+    assert records[-1]["summarized_turns"] == run.compaction["summarized_turns"]
+    last = records[-1]
+    compacted = {1 + 2 * n for n in range(last["summarized_turns"] + last["dropped_turns"])}
+    recorded = {*firsts, *(span[0] for record in records for span in record["dropped"])}
+    assert compacted and compacted <= recorded
+    assert "summarized" not in run.compaction
     # Nothing recorded is lost: the stored conversation keeps every message whole.
     assert Message.objects.filter(run=run, kind="tool_result").count() == 3
     client.force_login(personas.ops)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert f"Compaction: tier {run.compaction['tier']}" in page
+    assert f"{last['dropped_turns']} dropped ({len(last['dropped'])} new)" in page
 
 
 def test_a_rejected_tool_call_is_told_to_the_model_and_recorded(personas, agent, workspace):

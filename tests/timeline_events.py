@@ -81,6 +81,8 @@ def every_event(agent: str = "docs-fixer", workspace: str = "docs") -> list[tupl
                 "tokens_before": 182_340,
                 "tokens_after": 96_120,
                 "message_count": 14,
+                "summarized_turns": 2,
+                "dropped_turns": 2,
                 "summarized": [
                     {
                         "first_index": 1,

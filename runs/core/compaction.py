@@ -137,6 +137,35 @@ class Compacted:
             "dropped": [list(span) for span in self.dropped],
         }
 
+    def brief(self) -> dict[str, Any]:
+        """What the run keeps of its latest compaction: the tier, the tokens and how many
+        turns went into summaries or were dropped, without the summaries themselves (a
+        long run has hundreds, rewritten with the run at every turn)."""
+        return {
+            "tier": self.tier,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "message_count": len(self.messages),
+            "summarized_turns": len(self.summarized),
+            "dropped_turns": len(self.dropped),
+        }
+
+    def since(self, before: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The record of this compaction after ``before`` (an earlier one of the same
+        conversation, as :meth:`brief` or :meth:`to_json` made it): the brief, with the
+        summaries and the dropped turns that are new since. The compacted turns are the
+        oldest, so what was compacted then is the first of them: each turn's summary is
+        recorded once in the run's history, not again at every turn after it."""
+        before = before or {}
+        summarized = before.get("summarized_turns", len(before.get("summarized") or ()))
+        dropped = before.get("dropped_turns", len(before.get("dropped") or ()))
+        compacted_end = 1 + 2 * (summarized + dropped)  # the first message not compacted then
+        return {
+            **self.brief(),
+            "summarized": [s.to_json() for s in self.summarized if s.first_index >= compacted_end],
+            "dropped": [list(span) for span in self.dropped if span[0] >= 1 + 2 * dropped],
+        }
+
 
 # A turn's summary and its entry's bytes in the summary message, by the turn's place and
 # its two messages' block counts: kept by the caller across the turns of one conversation,

@@ -285,9 +285,9 @@ def _turn_checkpoint(driver: Driver, run: Run, data: dict[str, Any], turn: _Turn
     defer_fields(driver, run, loop={**data, "state": loop.state_to_json(turn.new_state)})
     if (basis := run_basis(run.cost_basis, priced.basis)) != run.cost_basis:
         defer_fields(driver, run, cost_basis=basis)
-    if compacted.tier > 1 and compacted.to_json() != run.compaction:
-        defer_fields(driver, run, compaction=compacted.to_json())
-        defer_event(driver, "compaction", compacted.to_json())
+    if compacted.tier > 1 and (brief := compacted.brief()) != run.compaction:
+        defer_event(driver, "compaction", compacted.since(run.compaction))
+        defer_fields(driver, run, compaction=brief)
     defer_event(driver, "model.turn", _turn_event(turn))
     driver.rows.append(row)
     driver.fresh_uses.update(u.id for u in reply.tool_uses)
