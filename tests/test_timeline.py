@@ -128,6 +128,27 @@ def test_every_event_type_renders_as_one_line_of_one_shape_without_reprs(client,
     assert "flags yes; no" in generic and "empty —" in generic and "rows x: 1; y: 2" in generic
 
 
+def test_a_compaction_line_reads_its_records_from_before_and_after_briefs(client, personas, run):
+    """A compaction event holds the counts and what is new since the one before; those
+    written before held every summary and dropped turn: either reads as how many turns
+    were summarized and dropped."""
+    base = {"tier": 3, "tokens_before": 9000, "tokens_after": 4000, "message_count": 9}
+    summary = {"first_index": 5, "last_index": 6, "text": "read a.md", "tokens": 3, "facts": []}
+    now = {"summarized_turns": 3, "dropped_turns": 2, "summarized": [summary], "dropped": [[3, 4]]}
+    run_event_append(run_id=run.pk, type="compaction", payload={**base, **now})
+    before = {"summarized": [summary] * 3, "dropped": [[1, 2], [3, 4]]}
+    run_event_append(run_id=run.pk, type="compaction", payload={**base, **before})
+    client.force_login(personas.operator)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    lines = [
+        " ".join(e.children[2].all_text().split())
+        for e in events_of(page)
+        if "event-compaction" in e.cls
+    ]
+    line = "tier 3 · 9000 → 4000 tokens · 9 messages sent · 3 turns summarized"
+    assert lines == [f"{line} (1 new) · 2 dropped (1 new)", f"{line} · 2 dropped"]
+
+
 def walk(node: Node):
     for child in node.children:
         yield child
