@@ -385,3 +385,5 @@ def test_each_turn_s_record_holds_what_is_new_since_the_last_one():
     assert result.since(result.to_json())["summarized"] == []
     assert result.since(result.to_json())["dropped"] == []
     assert len(result.since(None)["summarized"]) == len(result.summarized)
+    for odd in ({}, {"summarized_turns": "3", "summarized": 7}, {"dropped_turns": -1}, []):
+        assert result.since(odd) == result.since(None)  # nothing it can count: all is new

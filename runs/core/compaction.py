@@ -156,15 +156,26 @@ class Compacted:
         summaries and the dropped turns that are new since. The compacted turns are the
         oldest, so what was compacted then is the first of them: each turn's summary is
         recorded once in the run's history, not again at every turn after it."""
-        before = before or {}
-        summarized = before.get("summarized_turns", len(before.get("summarized") or ()))
-        dropped = before.get("dropped_turns", len(before.get("dropped") or ()))
+        summarized = _count(before, "summarized_turns", "summarized")
+        dropped = _count(before, "dropped_turns", "dropped")
         compacted_end = 1 + 2 * (summarized + dropped)  # the first message not compacted then
         return {
             **self.brief(),
             "summarized": [s.to_json() for s in self.summarized if s.first_index >= compacted_end],
             "dropped": [list(span) for span in self.dropped if span[0] >= 1 + 2 * dropped],
         }
+
+
+def _count(record: Mapping[str, Any] | None, counted: str, listed: str) -> int:
+    """How many turns an earlier record says went: its count, or (a record from before
+    counts were kept) the length of its list; none when it says neither."""
+    if not isinstance(record, Mapping):
+        return 0
+    value = record.get(counted)
+    if type(value) is int and value >= 0:
+        return value
+    items = record.get(listed)
+    return len(items) if isinstance(items, list) else 0
 
 
 # A turn's summary and its entry's bytes in the summary message, by the turn's place and
