@@ -13,14 +13,17 @@ daemons, fork twice):
    cancel), when its stdin closes (the worker is gone, even killed with -9) or at the
    call's deadline, which the request carries: a worker frozen (SIGSTOP) neither signals
    nor closes anything, so the supervisor keeps the deadline itself. In every case it
-   first kills and reaps every descendant, then answers (or not) and exits.
+   first kills and reaps every descendant, then answers (or not) and exits. SIGTERM only
+   raises a flag and wakes the wait (a byte on a pipe, ``signal.set_wakeup_fd``): a
+   handler that raised could land anywhere, the cleanup included, and a SIGTERM arriving
+   as the supervisor's own deadline passed skipped the collection, leaving a ``setsid``
+   process of the tool running.
 2. The tool process runs the tool and writes its reply to a pipe; its own stdin and stdout
    are /dev/null, so nothing a tool prints can pose as the reply.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -110,6 +113,7 @@ def _tool_process(request: dict[str, Any], reply_fd: int) -> None:
     try:
         reaper.die_with_parent()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)  # the supervisor's wake-up pipe is not this process's
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -121,22 +125,27 @@ def _tool_process(request: dict[str, Any], reply_fd: int) -> None:
         os._exit(code)
 
 
-def _await_reply(pid: int, reply_fd: int, deadline: float) -> bytes:
+def _await_reply(pid: int, reply_fd: int, deadline: float, woken: int) -> bytes:
     """The tool's reply, read as it comes (it may be larger than a pipe holds) until the
     tool process has ended (its pidfd turns readable: no polling); raises _Stop if the
-    worker goes away meanwhile, _TimedOut once ``deadline`` (monotonic) has passed
-    without a whole reply."""
+    worker goes away or sends SIGTERM meanwhile (``woken``: the signals' wake-up pipe),
+    _TimedOut once ``deadline`` (monotonic) has passed without a whole reply."""
     chunks: list[bytes] = []
     pidfd = os.pidfd_open(pid)  # not reaped yet: it is the tool process
     selector = selectors.DefaultSelector()
     selector.register(reply_fd, selectors.EVENT_READ)
     selector.register(0, selectors.EVENT_READ)
     selector.register(pidfd, selectors.EVENT_READ)
+    selector.register(woken, selectors.EVENT_READ)
     os.set_blocking(reply_fd, False)
     while True:
         ended = False
+        _stop_if_asked()
         for key, _ in selector.select(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
-            if key.fd == 0:
+            if key.fd == woken:
+                while _read_some(woken):
+                    pass
+            elif key.fd == 0:
                 if not os.read(0, 4096):
                     raise _Stop  # the worker closed our stdin: it is gone
             elif key.fd == pidfd:
@@ -175,24 +184,45 @@ def _read_some(fd: int) -> bytes | None:
         return None
 
 
+_term_asked = False
+
+
 def _on_term(signum: int, frame: Any) -> None:
-    raise _Stop
+    """SIGTERM: noted, never raised (the module's docstring says why)."""
+    global _term_asked
+    _term_asked = True
+
+
+def _stop_if_asked() -> None:
+    if _term_asked:
+        raise _Stop
+
+
+def _wake_on_signals() -> int:
+    """The read end of a pipe the interpreter writes a byte on whenever a signal comes,
+    so that a wait wakes at once to see the flag."""
+    woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+    return woken
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _on_term)  # first: no descendant exists before this
+    woken = _wake_on_signals()
     reaper.become_subreaper()
     reply, code = b"", 1
     try:
         request = json.loads(sys.stdin.buffer.readline())
         deadline = _deadline(request)
+        _stop_if_asked()
         reply_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(reply_fd)
+            os.close(woken)
             _tool_process(request, write_fd)
         os.close(write_fd)
-        reply = _await_reply(pid, reply_fd, deadline)
+        reply = _await_reply(pid, reply_fd, deadline, woken)
     except _TimedOut:
         reply, code = b"", TIMED_OUT_EXIT
     except _Stop:
@@ -200,9 +230,7 @@ def main() -> None:
     else:
         code = 0 if reply else 1
     finally:
-        with contextlib.suppress(_Stop):
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # now nothing interrupts this
-            reaper.collect_descendants()
+        reaper.collect_descendants()  # no signal raises here: SIGTERM only sets the flag
     if reply:
         sys.stdout.buffer.write(reply)
         sys.stdout.buffer.flush()
