@@ -23,6 +23,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Queue
 
+from harness_console.db_pool import pool_check
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("HARNESS_VAR_DIR") or BASE_DIR / "var").resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -205,7 +207,8 @@ if EMBEDDED:
     DATABASES = {"default": _sqlite("db"), "channels": _sqlite("channels")}
     DATABASE_ROUTERS = ["harness_console.db_routers.ChannelLayerRouter"]
 else:
-    # Health checks: a connection the pool hands out is checked first (one round trip), so
+    # Health checks: a connection the pool hands out is checked first (one round trip, unless
+    # it was handed out a moment ago and nothing came on its socket since: db_pool.py), so
     # the connections a PostgreSQL restart or failover cut are replaced, not handed to a run.
     _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
     # Connections stay bounded: persistent ones (CONN_MAX_AGE) are per thread, and piled up
@@ -221,6 +224,7 @@ else:
                 "max_size": HARNESS_DB_POOL_SIZE,
                 "timeout": HARNESS_DB_POOL_TIMEOUT,
                 "max_idle": 60,  # above min_size, a connection a minute unused closes
+                "check": pool_check,
             },
             # Prepared statements, for the loop step's (runs.flow.checkpoint_statement);
             # off without the pool: an external pooler may switch server connections.

@@ -1,4 +1,6 @@
-"""PostgreSQL connections stay bounded under daphne (issue 16, section 4).
+"""PostgreSQL connections stay bounded under daphne (issue 16, section 4), and the pool
+hands out only connections that work, with a round trip only where one can have failed
+(harness_console/db_pool.py; issue 17).
 
 A real daphne on the test database, with a pool of POOL connections, serves many concurrent
 API clients: every request succeeds, and PostgreSQL never sees more than the pool's maximum
@@ -15,11 +17,13 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
+from harness_console import db_pool
 from harness_console.management.commands.serve import commands
 from tests.conftest import SEEDED
 from tests.helpers import driven
@@ -122,3 +126,78 @@ def test_many_concurrent_api_clients_keep_connections_within_the_pool(
     time.sleep(1.0)  # idle: the pool keeps what it has, and no more
     idle = connections_named(name)
     assert 0 < idle <= POOL + MARGIN, f"{idle} connections left open after idling"
+
+
+@pytest.fixture
+def round_trips(monkeypatch) -> list[object]:
+    """The pool's checks that went to the server (ConnectionPool.check_connection)."""
+    from psycopg_pool import ConnectionPool
+
+    made: list[object] = []
+    check = ConnectionPool.check_connection
+
+    def counted(conn: object) -> None:
+        made.append(conn)
+        check(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
+    return made
+
+
+def _backend(raw: psycopg.Connection) -> int:
+    return int(raw.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+
+
+def test_a_connection_handed_out_a_moment_ago_is_handed_out_again_without_a_round_trip(
+    round_trips, monkeypatch
+):
+    """A run's thread gives its connection back between steps and takes one again at once:
+    no round trip then. One idle longer than the window is checked on the server."""
+    connection.ensure_connection()
+    raw = connection.connection
+    _backend(raw)  # in use, and working
+    db_pool.pool_check(raw)
+    assert round_trips == []
+    monkeypatch.setattr(db_pool, "FRESH_SECONDS", 0.0)
+    db_pool.pool_check(raw)
+    assert round_trips == [raw]
+
+
+def test_a_connection_whose_session_the_server_ended_is_checked_and_never_handed_out(
+    round_trips, monkeypatch
+):
+    """The server ended its session (a restart, a failover, pg_terminate_backend) a moment
+    after it was handed out: its socket says so, the round trip fails, and the pool hands
+    out a working connection instead."""
+    monkeypatch.setattr(db_pool, "FRESH_SECONDS", 3600.0)  # fresh, whatever the machine's pace
+    connection.ensure_connection()
+    raw = connection.connection
+    pid = _backend(raw)
+    connection.close()  # back to the pool, idle
+    with psycopg.connect(**_params(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_until(
+            lambda: (
+                not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+            ),
+            timeout=10,
+            what="the ended session to leave",
+        )
+    with pytest.raises(psycopg.OperationalError):
+        db_pool.pool_check(raw)
+    assert round_trips == [raw]
+    try:
+        with connection.cursor() as cursor:  # whichever connection the pool hands out
+            cursor.execute("SELECT pg_backend_pid()")
+            assert cursor.fetchone()[0] != pid
+    finally:
+        connection.close()
+        connection.close_pool()  # the next test's pool is whole
+
+
+def _params() -> dict[str, object]:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params.pop("pool", None)
+    return params

@@ -1,0 +1,44 @@
+"""How a pooled PostgreSQL connection is checked before it is handed out (issue 17).
+
+The pool's check (``ConnectionPool.check_connection``) is a round trip: a connection a
+PostgreSQL restart, a failover or ``pg_terminate_backend`` cut is replaced before a run or
+a request gets it. But a run worker's thread gives its connection back between steps and
+before each tool (``runs.connections``), and takes one again a moment later: two round
+trips a step, a tenth of its overhead, for a connection that was working milliseconds ago.
+
+So a connection handed out less than ``FRESH_SECONDS`` ago is handed out again unchecked,
+unless something arrived on its socket meanwhile: an idle connection receives nothing,
+and the server that ends a session says so (a FATAL message) and closes the socket, which
+makes it readable. Anything else, and every connection idle longer, has the round trip.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import Any
+
+FRESH_SECONDS = 1.0
+_HANDED = "_harness_handed_at"
+
+
+def pool_check(conn: Any) -> None:
+    """The pool's ``check``: return quietly if ``conn`` can be handed out, raise if not
+    (the pool then discards it and takes another)."""
+    from psycopg_pool import ConnectionPool
+
+    now = time.monotonic()
+    handed = getattr(conn, _HANDED, None)
+    if handed is None or now - handed >= FRESH_SECONDS or conn.broken or _readable(conn):
+        ConnectionPool.check_connection(conn)
+    setattr(conn, _HANDED, now)
+
+
+def _readable(conn: Any) -> bool:
+    """Whether the server sent anything to this idle connection (or closed it)."""
+    try:
+        poller = select.poll()
+        poller.register(conn.pgconn.socket, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
+    except Exception:  # a socket gone altogether: the round trip says what is wrong
+        return True
