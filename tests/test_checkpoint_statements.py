@@ -441,11 +441,12 @@ def test_the_step_s_statement_runs_prepared_on_its_connection(personas, agent, n
     def wrapper(execute, sql, params, many, context):
         if not sql.startswith("WITH f AS (UPDATE"):
             return execute(sql, params, many, context)
-        # Asked on the connection that sent it, by its text as the server holds it: how
-        # many times it ran prepared (another test's statement, or this one prepared
-        # again after a failure, may be held on the pooled connection beside it).
-        numbered = iter(range(1, len(params) + 1))
-        text = re.sub(r"%s|%%", lambda m: f"${next(numbered)}" if m[0] == "%s" else "%", sql)
+        # Sent as the server holds it, in its own placeholders (psycopg parses none);
+        # asked on the connection that sent it, by that text: how many times it ran
+        # prepared (another test's statement, or this one prepared again after a failure,
+        # may be held on the pooled connection beside it).
+        assert "%s" not in sql and f"${len(params)}" in sql, sql[:300]
+        text = sql
         on_it = context["connection"].connection.execute
         plans = (
             "SELECT coalesce(sum(generic_plans + custom_plans), 0)"
@@ -537,3 +538,16 @@ def test_a_checkpoint_too_big_for_one_statement_is_a_transaction(
     stored = RunEvent.objects.filter(run=run, type="many").order_by("seq")
     assert [e.payload["i"] for e in stored] == [0, 1, 2]
     lease_release(driver.lease)
+
+
+def test_a_checkpoint_statement_is_numbered_as_postgresql_writes_its_values():
+    """Its ``%s`` become ``$1``, ``$2``, … in order; a statement with any other ``%`` is
+    not one built here, and is refused rather than sent with its values misplaced."""
+    from runs.flow.checkpoint_statement import _numbered
+
+    assert _numbered("UPDATE t SET a = %s, b = b + %s WHERE id = %s") == (
+        "UPDATE t SET a = $1, b = b + $2 WHERE id = $3"
+    )
+    assert _numbered("SELECT 1") == "SELECT 1"
+    with pytest.raises(ValueError, match="literal %"):
+        _numbered("SELECT %s WHERE name LIKE 'a%%'")
