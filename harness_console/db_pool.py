@@ -1,4 +1,4 @@
-"""How a pooled PostgreSQL connection is checked before it is handed out (issue 17).
+"""The PostgreSQL pool, and how a connection is checked before it is handed out (issue 17).
 
 The pool's check (``ConnectionPool.check_connection``) is a round trip: a connection a
 PostgreSQL restart, a failover or ``pg_terminate_backend`` cut is replaced before a run or
@@ -20,6 +20,18 @@ from typing import Any
 
 FRESH_SECONDS = 1.0
 _HANDED = "_harness_handed_at"
+
+
+def pool_options(size: int, timeout: float) -> dict[str, Any]:
+    """Django's psycopg pool of at most ``size`` connections (a request waits ``timeout``
+    seconds for one), checked by :func:`pool_check`."""
+    return {
+        "min_size": min(2, size),
+        "max_size": size,
+        "timeout": timeout,
+        "max_idle": 60,  # above min_size, a connection a minute unused closes
+        "check": pool_check,
+    }
 
 
 def pool_check(conn: Any) -> None:

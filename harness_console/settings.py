@@ -23,7 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Queue
 
-from harness_console.db_pool import pool_check
+from harness_console.db_pool import pool_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("HARNESS_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -219,13 +219,7 @@ else:
     if HARNESS_DB_POOL_SIZE:
         _default["OPTIONS"] = {
             **_default.get("OPTIONS", {}),
-            "pool": {
-                "min_size": min(2, HARNESS_DB_POOL_SIZE),
-                "max_size": HARNESS_DB_POOL_SIZE,
-                "timeout": HARNESS_DB_POOL_TIMEOUT,
-                "max_idle": 60,  # above min_size, a connection a minute unused closes
-                "check": pool_check,
-            },
+            "pool": pool_options(HARNESS_DB_POOL_SIZE, HARNESS_DB_POOL_TIMEOUT),
             # Prepared statements, for the loop step's (runs.flow.checkpoint_statement);
             # off without the pool: an external pooler may switch server connections.
             "prepare_threshold": 5,
