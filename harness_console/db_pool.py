@@ -10,6 +10,9 @@ So a connection handed out less than ``FRESH_SECONDS`` ago is handed out again u
 unless something arrived on its socket meanwhile: an idle connection receives nothing,
 and the server that ends a session says so (a FATAL message) and closes the socket, which
 makes it readable. Anything else, and every connection idle longer, has the round trip.
+The socket says so only once the ended session's process has run: a connection given back
+for a wait nobody can bound (the model's) is marked to have the round trip whatever its
+age (:func:`pool_recheck`), so a restart during that wait never reaches the run.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def pool_check(conn: Any) -> None:
     if handed is None or now - handed >= FRESH_SECONDS or conn.broken or _readable(conn):
         ConnectionPool.check_connection(conn)
     setattr(conn, _HANDED, now)
+
+
+def pool_recheck(conn: Any) -> None:
+    """The next handout of ``conn`` has the round trip, however soon it comes."""
+    setattr(conn, _HANDED, None)
 
 
 def _readable(conn: Any) -> bool:

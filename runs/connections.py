@@ -14,11 +14,17 @@ from __future__ import annotations
 
 from django.db import connection
 
+from harness_console.db_pool import pool_recheck
 
-def connection_return() -> None:
+
+def connection_return(*, recheck: bool = False) -> None:
     """Give this thread's connection back to the pool; the next query takes one again.
+    ``recheck``: for a wait of unknown length (the model's), the pool checks it on the
+    server before it hands it out again, however soon (``harness_console/db_pool.py``).
 
     Kept inside a transaction (it is the transaction's), and on SQLite, which has no pool
     and no limit: there, reopening the file would cost every step for nothing."""
     if connection.vendor != "sqlite" and not connection.in_atomic_block:
+        if recheck and connection.connection is not None:
+            pool_recheck(connection.connection)
         connection.close()

@@ -11,7 +11,6 @@ And on PostgreSQL, a server that drops every connection while the run waits on t
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -58,21 +57,12 @@ class Fault:
             self.holder.execute(f"LOCK TABLE {Run._meta.db_table} IN ACCESS EXCLUSIVE MODE")
 
     def drop_connections(self) -> None:
-        """Terminate every other connection to the database, as a restart does: their
-        sessions gone (pg_terminate_backend only asks) before the run goes on."""
+        """Terminate every other connection to the database, as a restart does."""
         with psycopg.connect(**_params(), autocommit=True) as other:
-            ended = [
-                pid
-                for pid, _ in other.execute(
-                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-            ]
-            for _ in range(200):
-                left = "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)"
-                if not other.execute(left, [ended]).fetchone():
-                    break
-                time.sleep(0.05)
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
     def stop(self) -> None:
         if self.holder is not None:

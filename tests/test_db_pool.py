@@ -25,6 +25,7 @@ from rest_framework.authtoken.models import Token
 
 from harness_console import db_pool
 from harness_console.management.commands.serve import commands
+from runs.connections import connection_return
 from tests.conftest import SEEDED
 from tests.helpers import driven
 from tests.stack import ROOT, LiveStack, free_port, wait_until
@@ -152,7 +153,9 @@ def test_a_connection_handed_out_a_moment_ago_is_handed_out_again_without_a_roun
     round_trips, monkeypatch
 ):
     """A run's thread gives its connection back between steps and takes one again at once:
-    no round trip then. One idle longer than the window is checked on the server."""
+    no round trip then. One idle longer than the window is checked on the server, and so
+    is one given back for the model's wait, however soon it is taken again."""
+    monkeypatch.setattr(db_pool, "FRESH_SECONDS", 3600.0)  # fresh, whatever the machine's pace
     connection.ensure_connection()
     raw = connection.connection
     _backend(raw)  # in use, and working
@@ -161,6 +164,10 @@ def test_a_connection_handed_out_a_moment_ago_is_handed_out_again_without_a_roun
     monkeypatch.setattr(db_pool, "FRESH_SECONDS", 0.0)
     db_pool.pool_check(raw)
     assert round_trips == [raw]
+    monkeypatch.setattr(db_pool, "FRESH_SECONDS", 3600.0)
+    connection_return(recheck=True)  # as before a model call
+    db_pool.pool_check(raw)
+    assert round_trips == [raw, raw]
 
 
 def test_a_connection_whose_session_the_server_ended_is_checked_and_never_handed_out(

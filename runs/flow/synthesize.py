@@ -183,8 +183,9 @@ def _model_turn(
     )
     if not isinstance(driver.model, ReplayModel):
         # Seconds on the network: the connection goes back to the pool meanwhile (a run
-        # waiting on the model holds no database connection); the next query takes one.
-        connection_return()
+        # waiting on the model holds no database connection); the next query takes one,
+        # checked on the server: a restart meanwhile never reaches the run.
+        connection_return(recheck=True)
     started = time.monotonic()
     try:
         reply = driver.model.complete(
