@@ -13,11 +13,12 @@ daemons, fork twice):
    cancel), when its stdin closes (the worker is gone, even killed with -9) or at the
    call's deadline, which the request carries: a worker frozen (SIGSTOP) neither signals
    nor closes anything, so the supervisor keeps the deadline itself. In every case it
-   first kills and reaps every descendant, then answers (or not) and exits. SIGTERM only
-   raises a flag and wakes the wait (a byte on a pipe, ``signal.set_wakeup_fd``): a
-   handler that raised could land anywhere, the cleanup included, and a SIGTERM arriving
+   first kills and reaps every descendant, then answers (or not) and exits. SIGTERM (and
+   SIGINT) only raise a flag and wake the wait (a byte on a pipe, ``signal.set_wakeup_fd``):
+   a handler that raised could land anywhere, the cleanup included, and a SIGTERM arriving
    as the supervisor's own deadline passed skipped the collection, leaving a ``setsid``
-   process of the tool running.
+   process of the tool running. One that comes while the request line is read is seen once
+   it is (the worker writes it whole at once, or closes the pipe), before any fork.
 2. The tool process runs the tool and writes its reply to a pipe; its own stdin and stdout
    are /dev/null, so nothing a tool prints can pose as the reply.
 """
@@ -107,13 +108,17 @@ def _reply_of(request: dict[str, Any]) -> bytes:
         return json.dumps({"ok": False, "error": message, "retryable": False}).encode()
 
 
-def _tool_process(request: dict[str, Any], reply_fd: int) -> None:
-    """In the forked tool process; never returns."""
+def _tool_process(request: dict[str, Any], reply_fd: int, wake: tuple[int, int]) -> None:
+    """In the forked tool process; never returns. ``wake``: the supervisor's wake-up
+    pipe, which is not this process's."""
     code = 1
     try:
         reaper.die_with_parent()
+        signal.set_wakeup_fd(-1)
+        for fd in wake:
+            os.close(fd)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)  # the supervisor's wake-up pipe is not this process's
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -188,7 +193,7 @@ _term_asked = False
 
 
 def _on_term(signum: int, frame: Any) -> None:
-    """SIGTERM: noted, never raised (the module's docstring says why)."""
+    """SIGTERM or SIGINT: noted, never raised (the module's docstring says why)."""
     global _term_asked
     _term_asked = True
 
@@ -198,17 +203,19 @@ def _stop_if_asked() -> None:
         raise _Stop
 
 
-def _wake_on_signals() -> int:
-    """The read end of a pipe the interpreter writes a byte on whenever a signal comes,
-    so that a wait wakes at once to see the flag."""
+def _wake_on_signals() -> tuple[int, int]:
+    """A pipe the interpreter writes a byte on whenever a signal comes, so that a wait
+    (on its read end, the first) wakes at once to see the flag."""
     woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
-    return woken
+    return woken, wake
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _on_term)  # first: no descendant exists before this
-    woken = _wake_on_signals()
+    signal.signal(signal.SIGINT, _on_term)  # the fork server's default raises
+    pipe = _wake_on_signals()
+    woken = pipe[0]
     reaper.become_subreaper()
     reply, code = b"", 1
     try:
@@ -219,8 +226,7 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             os.close(reply_fd)
-            os.close(woken)
-            _tool_process(request, write_fd)
+            _tool_process(request, write_fd, pipe)
         os.close(write_fd)
         reply = _await_reply(pid, reply_fd, deadline, woken)
     except _TimedOut:
