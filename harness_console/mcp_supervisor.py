@@ -62,18 +62,28 @@ def main(argv: list[str]) -> int:
     reaper = _reaper()
     reaper.die_with_parent()
     reaper.become_subreaper()
+    # Installed before the server starts: a signal between its start and these would have
+    # ended this supervisor without its collection, the server left running.
+    started: list[subprocess.Popen[bytes]] = []
+    stopped: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        """Passed on to the server; one that comes before it started, once it has."""
+        if not started:
+            stopped.append(signum)
+        elif started[0].poll() is None:
+            started[0].send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
     try:
         server = subprocess.Popen(argv)
     except OSError as error:
         sys.stderr.write(f"The MCP server could not start: {error}\n")
         return 127
-
-    def forward(signum: int, frame: object) -> None:
-        if server.poll() is None:
-            server.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    started.append(server)
+    if stopped:
+        server.send_signal(stopped[0])
     try:
         code = server.wait(timeout=deadline)
     except subprocess.TimeoutExpired:

@@ -112,18 +112,20 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         env = child_environment(host, port)
-        children = {
-            name: subprocess.Popen(argv, start_new_session=True, env=env)
-            for name, argv in commands(host=host, port=port).items()
-        }
         stopping = False
 
         def stop(signum: int, frame: Any) -> None:
             nonlocal stopping
             stopping = True
 
+        # Before the children start: a Ctrl-C while they did raised here, and left the
+        # ones started (each in a session of its own) running.
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        children = {
+            name: subprocess.Popen(argv, start_new_session=True, env=env)
+            for name, argv in commands(host=host, port=port).items()
+        }
         died = self._wait_for_web(children, host, port, lambda: stopping)
         if died is None and not stopping:
             shown = served_base_url(host, port)
