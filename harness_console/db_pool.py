@@ -40,6 +40,8 @@ def pool_options(size: int, timeout: float) -> dict[str, Any]:
 def pool_check(conn: Any) -> None:
     """The pool's ``check``: return quietly if ``conn`` can be handed out, raise if not
     (the pool then discards it and takes another)."""
+    # Here, not above: settings import this module on the embedded default too, which
+    # has no pool (and need not load libpq); in a pooled process it is imported already.
     from psycopg_pool import ConnectionPool
 
     now = time.monotonic()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from django.conf import settings
+from django.db import connection
 
 from runs import flow
 from runs.models import Run
@@ -115,3 +116,12 @@ def eval_history(suites: int, days: int = 30) -> None:
                     category=category,
                     passed=(n + case) % 5 != 0,
                 )
+
+
+def direct_connection_params() -> dict[str, object]:
+    """The test database's parameters for a plain psycopg connection of its own, outside
+    Django and its pool (a fault's, or an observer's)."""
+    params = connection.get_connection_params()
+    for django_only in ("cursor_factory", "context", "pool"):
+        params.pop(django_only, None)
+    return params

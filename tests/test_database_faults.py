@@ -27,7 +27,7 @@ from runs.models import Message, ModelCall, Run, ToolCall
 from runs.services import run_create
 from tests.conftest import SEEDED
 from tests.fake_anthropic import Answer, message
-from tests.helpers import WORKER, drive
+from tests.helpers import WORKER, direct_connection_params, drive
 
 pytestmark = SEEDED
 
@@ -53,12 +53,12 @@ class Fault:
             )
             self.holder.execute("BEGIN IMMEDIATE")
         else:
-            self.holder = psycopg.connect(**_params())
+            self.holder = psycopg.connect(**direct_connection_params())
             self.holder.execute(f"LOCK TABLE {Run._meta.db_table} IN ACCESS EXCLUSIVE MODE")
 
     def drop_connections(self) -> None:
         """Terminate every other connection to the database, as a restart does."""
-        with psycopg.connect(**_params(), autocommit=True) as other:
+        with psycopg.connect(**direct_connection_params(), autocommit=True) as other:
             other.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -69,13 +69,6 @@ class Fault:
             self.holder.rollback()
             self.holder.close()
             self.holder = None
-
-
-def _params() -> dict[str, Any]:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return params
 
 
 def _short_wait(sender: Any, connection: Any, **kwargs: Any) -> None:

@@ -21,13 +21,14 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from psycopg_pool import ConnectionPool
 from rest_framework.authtoken.models import Token
 
 from harness_console import db_pool
 from harness_console.management.commands.serve import commands
 from runs.connections import connection_return
 from tests.conftest import SEEDED
-from tests.helpers import driven
+from tests.helpers import direct_connection_params, driven
 from tests.stack import ROOT, LiveStack, free_port, wait_until
 
 pytestmark = [
@@ -132,8 +133,6 @@ def test_many_concurrent_api_clients_keep_connections_within_the_pool(
 @pytest.fixture
 def round_trips(monkeypatch) -> list[object]:
     """The pool's checks that went to the server (ConnectionPool.check_connection)."""
-    from psycopg_pool import ConnectionPool
-
     made: list[object] = []
     check = ConnectionPool.check_connection
 
@@ -181,7 +180,7 @@ def test_a_connection_whose_session_the_server_ended_is_checked_and_never_handed
     raw = connection.connection
     pid = _backend(raw)
     connection.close()  # back to the pool, idle
-    with psycopg.connect(**_params(), autocommit=True) as other:
+    with psycopg.connect(**direct_connection_params(), autocommit=True) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
         wait_until(
             lambda: (
@@ -200,11 +199,3 @@ def test_a_connection_whose_session_the_server_ended_is_checked_and_never_handed
     finally:
         connection.close()
         connection.close_pool()  # the next test's pool is whole
-
-
-def _params() -> dict[str, object]:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    params.pop("pool", None)
-    return params
