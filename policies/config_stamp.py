@@ -3,11 +3,12 @@ or a model call's price (SPEC O4).
 
 A worker driving a run keeps the run's policy, rules, tool definitions, hook bindings and
 grants in memory instead of reading them again before every tool call; it reads this stamp
-instead (one cache read: the cache is every process's, web and workers; one ``stat`` of a
-file on the embedded default), and reads the rows again when it moved. The stamp moves
+instead (the cache's key, every process's, web and workers, kept by each process while
+its subscription to the stamp's moves hears none: ``policies.stamp_watch``; one ``stat`` of
+a file on the embedded default), and reads the rows again when it moved. The stamp moves
 once the change is committed, so a worker that sees the new stamp also sees the new rows.
 It is a random token, not a counter: a cache that lost it (evicted, flushed) gives a stamp
-no worker holds, and every worker reads its rows again, which is the safe side.
+no worker holds, and every worker that reads it reads its rows again, the safe side.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+
+from .stamp_watch import stamp_watch
 
 logger = logging.getLogger(__name__)
 KEY = "harness:decision-config-stamp"
@@ -60,6 +63,10 @@ def config_stamp() -> str:
     tool call more than its decision did)."""
     if settings.EMBEDDED:
         return _file_stamp()
+    watch = stamp_watch()
+    moves, kept = watch.held()  # without a round trip while the process heard no move
+    if kept is not None:
+        return kept
     try:
         stamp = cache.get(KEY)
         if stamp is None:
@@ -68,7 +75,10 @@ def config_stamp() -> str:
     except Exception:
         logger.warning("Could not read the decision config stamp", exc_info=True)
         stamp = None
-    return str(stamp) if stamp else uuid.uuid4().hex
+    if not stamp:
+        return uuid.uuid4().hex
+    watch.keep(moves, str(stamp))
+    return str(stamp)
 
 
 def config_changed() -> None:
@@ -80,8 +90,14 @@ def config_changed() -> None:
 def _stamp_moved() -> None:
     if settings.EMBEDDED:
         _file_replaced()
-    else:
-        cache.set(KEY, uuid.uuid4().hex, STAMP_SECONDS)
+        return
+    stamp = uuid.uuid4().hex
+    watch = stamp_watch()
+    try:
+        cache.set(KEY, stamp, STAMP_SECONDS)
+        watch.publish(stamp)  # after the set: a process that hears it reads the new one
+    finally:
+        watch.moved()
 
 
 def stamp_path() -> Path:

@@ -118,11 +118,14 @@ def test_a_stamp_that_cannot_be_read_is_never_one_a_process_holds(agent, monkeyp
     from django.core.cache import cache
 
     from policies import config_stamp as stamps
+    from policies import stamp_watch as watches
 
     def down(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("the cache is down")
 
     monkeypatch.setattr(cache, "get", down)
+    monkeypatch.setattr(watches, "_watch", None)  # and no subscription to trust
+    monkeypatch.setattr(watches, "stamp_client", down)
     monkeypatch.setattr(stamps, "stamp_path", lambda: Path("/proc/no-such-folder/stamp"))
     one, two = config_stamp(), config_stamp()
     assert one != two

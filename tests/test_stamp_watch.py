@@ -1,0 +1,153 @@
+"""The production config stamp, kept by each process while its subscription to the stamp's
+moves hears none (policies.stamp_watch): no round trip per tool call, and still never a
+stamp that moved — a move by another process is seen by the very next read, and a
+subscription that was lost or went quiet is not trusted."""
+
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
+
+from policies import config_stamp as stamps
+from policies import stamp_watch as watches
+from policies.config_stamp import KEY, config_changed, config_stamp
+
+pytestmark = pytest.mark.skipif(
+    settings.EMBEDDED, reason="the embedded default's stamp is a file's (test_decision_inputs)"
+)
+
+
+@pytest.fixture
+def other() -> Iterator[redis.Redis]:
+    """Another process's view of Redis: a client of its own."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def watch(monkeypatch) -> Iterator[watches.StampWatch]:
+    """A watch of this test's own, subscribed and trusted before the test starts, and a
+    stamp no test saw before."""
+    cache.set(KEY, uuid.uuid4().hex)
+    fresh = watches.StampWatch()
+    monkeypatch.setattr(watches, "_watch", fresh)
+    held(fresh)
+    yield fresh
+    fresh.close()
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """The reads of the stamp's key that reached the cache."""
+    seen: list[str] = []
+    real = cache.get
+
+    def counted(key: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(key)
+        return real(key, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "get", counted)
+    return seen
+
+
+def held(watch: watches.StampWatch) -> str:
+    """Read until the watch keeps the stamp: the subscription's confirmation arrives a
+    round trip after it was asked for (a lost one is asked for again after
+    RETRY_SECONDS), and the first read after it reads the key."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stamp = config_stamp()
+        if watch.held()[1] == stamp:
+            return stamp
+        time.sleep(0.01)
+    raise AssertionError("the watch never kept the stamp")
+
+
+def moved_elsewhere(other: redis.Redis, stamp: str, *, publish: bool = True) -> None:
+    """What another process's save does: the key set, then the move published."""
+    other.set(cache.make_key(KEY), pickle.dumps(stamp))
+    if publish:
+        other.publish(watches.stamp_channel(), stamp)
+
+
+def test_while_nothing_moves_a_read_costs_no_round_trip(watch, reads):
+    stamp = config_stamp()
+    assert [config_stamp() for _ in range(50)] == [stamp] * 50
+    assert reads == []
+
+
+def test_a_move_by_another_process_is_seen_by_the_very_next_read(watch, reads, other):
+    for n in range(5):  # no wait between the move and the read
+        moved_elsewhere(other, f"elsewhere-{n}")
+        assert config_stamp() == f"elsewhere-{n}"
+    assert len(reads) == 5
+
+
+def test_a_move_made_here_is_seen_at_once(watch, reads, db, django_capture_on_commit_callbacks):
+    stamp = config_stamp()
+    with django_capture_on_commit_callbacks(execute=True):
+        config_changed()  # moves when the change commits
+    moved = config_stamp()
+    assert moved != stamp
+    assert config_stamp() == moved
+
+
+def test_a_lost_subscription_is_not_trusted(watch, reads, other):
+    """Its connection killed, a move whose message went with it (the key set, nothing
+    published) is still seen: the reads go to the key until a subscription is back."""
+    stamp = config_stamp()
+    name = watches.stamp_client_name()
+    ids = [c["id"] for c in other.client_list(_type="pubsub") if c.get("name") == name]
+    assert ids, "the watch's subscription is not in Redis's list of clients"
+    for found in ids:
+        other.client_kill_filter(_id=found)
+    moved_elsewhere(other, "unheard", publish=False)
+    assert config_stamp() == "unheard" != stamp
+    assert reads
+    assert held(watch) == "unheard"  # subscribed again (after RETRY_SECONDS): trusted again
+
+
+def test_a_subscription_that_went_quiet_is_not_trusted(watch, reads, other, monkeypatch):
+    """The server stopped answering (a connection dropped without a word, a network
+    partition): after HEARD_SECONDS without a reply, the key is read at every call."""
+    now = [time.monotonic()]
+    monkeypatch.setattr(watches, "monotonic", lambda: now[0])
+    now[0] += watches.PING_SECONDS  # a ping is due: its answer proves the server alive
+    held(watch)
+    monkeypatch.setattr(watch._pubsub, "ping", lambda *a, **k: None)  # no answer comes
+    reads.clear()
+    config_stamp()
+    assert reads == []
+    now[0] += watches.HEARD_SECONDS
+    moved_elsewhere(other, "during-the-silence", publish=False)
+    assert config_stamp() == "during-the-silence"
+    assert len(reads) == 1
+
+
+def test_a_redis_that_cannot_be_reached_gives_a_stamp_nobody_holds(monkeypatch):
+    """Neither the subscription nor the key: a fresh stamp at every read (the safe side)."""
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise redis.ConnectionError("Redis is down")
+
+    monkeypatch.setattr(watches, "_watch", None)
+    monkeypatch.setattr(watches, "stamp_client", down)
+    monkeypatch.setattr(cache, "get", down)
+    one, two = config_stamp(), config_stamp()
+    assert one != two
+
+
+def test_a_forked_child_makes_its_own_watch(monkeypatch):
+    watch = watches.stamp_watch()
+    monkeypatch.setattr(watch, "pid", watch.pid + 1)  # as a child sees its parent's
+    assert watches.stamp_watch() is not watch
+    assert stamps.stamp_watch() is watches.stamp_watch()
