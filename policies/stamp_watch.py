@@ -46,11 +46,16 @@ def stamp_channel() -> str:
 def stamp_client() -> Any:
     """A Redis client of this process's own: the subscription holds a connection."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     return redis.Redis.from_url(
         settings.REDIS_URL,
         socket_timeout=SOCKET_SECONDS,
         socket_connect_timeout=SOCKET_SECONDS,
+        # No retries: redis-py would reconnect and subscribe again without a word, and a
+        # move published meanwhile would go unheard; a failure must reach the watch.
+        retry=Retry(NoBackoff(), 0),
         client_name=stamp_client_name(),  # whose connection it is, in Redis's CLIENT LIST
     )
 
