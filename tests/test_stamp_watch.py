@@ -1,10 +1,15 @@
 """The production config stamp, kept by each process while its subscription to the stamp's
 moves hears none (policies.stamp_watch): no round trip per tool call, and still never a
 stamp that moved — a move by another process is seen by the very next read, and a
-subscription that was lost or went quiet is not trusted."""
+subscription that was lost or went quiet is not trusted.
+
+Run on both configurations against this machine's Redis, under a prefix of this test
+process's own (the parallel test processes move stamps of their own meanwhile); on the
+embedded default, which has no Redis of its own, skipped when none answers."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 import uuid
@@ -13,20 +18,34 @@ from typing import Any
 
 import pytest
 import redis
-from django.conf import settings
-from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCache
 
 from policies import config_stamp as stamps
 from policies import stamp_watch as watches
 from policies.config_stamp import KEY, config_changed, config_stamp
 
-pytestmark = pytest.mark.skipif(
-    settings.EMBEDDED, reason="the embedded default's stamp is a file's (test_decision_inputs)"
-)
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(autouse=True)
+def cache(settings, monkeypatch) -> Iterator[RedisCache]:
+    """The production stamp's store, of this process's own: a Redis cache under its own
+    prefix (the embedded default's stamp otherwise is a file's: test_decision_inputs)."""
+    if settings.EMBEDDED:
+        try:
+            redis.Redis.from_url(LOCAL_REDIS, socket_connect_timeout=1).ping()
+        except redis.RedisError:
+            pytest.skip("no Redis answers on 127.0.0.1:6379")
+        settings.EMBEDDED, settings.REDIS_URL = False, LOCAL_REDIS
+    settings.REDIS_PREFIX = f"harness-test-stamp-{os.getpid()}"
+    own = RedisCache(settings.REDIS_URL, {"KEY_PREFIX": settings.REDIS_PREFIX})
+    monkeypatch.setattr(stamps, "cache", own)
+    yield own
+    own.delete(KEY)
 
 
 @pytest.fixture
-def other() -> Iterator[redis.Redis]:
+def other(settings) -> Iterator[redis.Redis]:
     """Another process's view of Redis: a client of its own."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     yield client
@@ -52,7 +71,7 @@ def clock(monkeypatch) -> Clock:
 
 
 @pytest.fixture
-def watch(monkeypatch, clock) -> Iterator[watches.StampWatch]:
+def watch(monkeypatch, clock, cache) -> Iterator[watches.StampWatch]:
     """A watch of this test's own, subscribed and trusted before the test starts, and a
     stamp no test saw before."""
     cache.set(KEY, uuid.uuid4().hex)
@@ -64,7 +83,7 @@ def watch(monkeypatch, clock) -> Iterator[watches.StampWatch]:
 
 
 @pytest.fixture
-def reads(monkeypatch) -> list[str]:
+def reads(monkeypatch, cache) -> list[str]:
     """The reads of the stamp's key that reached the cache."""
     seen: list[str] = []
     real = cache.get
@@ -93,7 +112,7 @@ def held(watch: watches.StampWatch) -> str:
 
 def moved_elsewhere(other: redis.Redis, stamp: str, *, publish: bool = True) -> None:
     """What another process's save does: the key set, then the move published."""
-    other.set(cache.make_key(KEY), pickle.dumps(stamp))
+    other.set(stamps.cache.make_key(KEY), pickle.dumps(stamp))
     if publish:
         other.publish(watches.stamp_channel(), stamp)
 
@@ -198,7 +217,7 @@ def test_a_message_not_whole_yet_is_not_trusted(watch, other, monkeypatch):
     assert config_stamp() == "arriving"
 
 
-def test_a_redis_that_cannot_be_reached_gives_a_stamp_nobody_holds(monkeypatch):
+def test_a_redis_that_cannot_be_reached_gives_a_stamp_nobody_holds(monkeypatch, cache):
     """Neither the subscription nor the key: a fresh stamp at every read (the safe side)."""
 
     def down(*args: Any, **kwargs: Any) -> None:
