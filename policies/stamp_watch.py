@@ -77,6 +77,7 @@ class StampWatch:
         self._client: Any = None
         self._pubsub: Any = None
         self._subscribing = False  # a thread is connecting, outside the lock
+        self._failures = 0  # subscribing failed this many times in a row
         self._subscribed = False
         self._heard = self._pinged = self._retry_at = 0.0
         # When each request still unanswered on the subscription was sent: an answer
@@ -149,15 +150,19 @@ class StampWatch:
             # subscribes again with a gap in between: the watch hears of it.
             pubsub.connection.register_connect_callback(self._reconnected)
         except Exception:
-            logger.warning("Could not subscribe to the config stamp's moves", exc_info=True)
+            # Said once per outage (a try every RETRY_SECONDS would fill the log); each
+            # tool call meanwhile reads the key, as it did without the watch.
+            log = logger.warning if self._failures == 0 else logger.debug
+            log("Could not subscribe to the config stamp's moves", exc_info=True)
             with self._lock:
+                self._failures += 1
                 self._subscribing = False
                 self._lost(monotonic())
             if pubsub is not None:
                 _close(pubsub)
             return
         with self._lock:
-            self._subscribing = False
+            self._subscribing, self._failures = False, 0
             self._pubsub, self._pinged = pubsub, asked
             self._asked.append(asked)
 

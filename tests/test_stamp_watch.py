@@ -235,3 +235,24 @@ def test_a_forked_child_makes_its_own_watch(monkeypatch):
     monkeypatch.setattr(watch, "pid", watch.pid + 1)  # as a child sees its parent's
     assert watches.stamp_watch() is not watch
     assert stamps.stamp_watch() is watches.stamp_watch()
+
+
+def test_a_redis_refusing_the_subscription_is_said_once_not_at_every_retry(
+    monkeypatch, clock, caplog
+):
+    """A Redis that stays down (or a user without SUBSCRIBE): one warning for the
+    outage, not one a second; the reads go to the key meanwhile."""
+    import logging
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise redis.ConnectionError("Redis is down")
+
+    fresh = watches.StampWatch()
+    monkeypatch.setattr(watches, "stamp_client", down)
+    with caplog.at_level(logging.DEBUG, logger="policies.stamp_watch"):
+        for _ in range(5):
+            assert fresh.held()[1] is None
+            clock.now += watches.RETRY_SECONDS
+    said = [r for r in caplog.records if "Could not subscribe" in r.getMessage()]
+    assert len(said) == 5  # tried after every RETRY_SECONDS
+    assert [r.levelno for r in said] == [logging.WARNING] + [logging.DEBUG] * 4
