@@ -1,6 +1,10 @@
 """Whitelisted MCP servers as configuration (SPEC T12): how one is started, and what its tools
 are. Discovering them puts each tool in the registry (``mcp:<server>:<tool>``) for admins
-to enable; calling one is the run's business (``runs.tools.mcp_client``)."""
+to enable; calling one is the run's business (``runs.tools.mcp_client``).
+
+The SDK is imported where a server is started, not with this module: its import costs
+about 0.8 s of CPU, and the admin (which every process of the console loads as Django
+starts) reaches this module."""
 
 from __future__ import annotations
 
@@ -8,11 +12,9 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from harness_console import mcp_supervisor
 from harness_console.child_env import scrubbed_env
@@ -21,6 +23,9 @@ from .config_stamp import config_changed
 from .core.mcp_reach import reach_from_schema, root_from_args
 from .core.tool_specs import MAX_DESCRIPTION
 from .models import McpServer, ToolDefinition
+
+if TYPE_CHECKING:
+    from mcp import StdioServerParameters
 
 PREFIX = "mcp"
 
@@ -42,6 +47,8 @@ def server_parameters(server: McpServer, cwd: str | None) -> StdioServerParamete
     """How a server is started, for a call and for discovery alike: its command under the
     supervisor (``harness_console/mcp_supervisor.py``), so that whatever it leaves running
     ends with it, in a scrubbed environment."""
+    from mcp import StdioServerParameters
+
     env = scrubbed_env()
     env.pop("PYTHONPATH", None)
     return StdioServerParameters(
@@ -106,6 +113,9 @@ def _side_effect(annotations: dict[str, Any]) -> str:
 
 
 async def _list_tools(server: McpServer) -> list[Any]:
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
     with anyio.fail_after(server.timeout_sec):
         async with (
             stdio_client(server_parameters(server, None), errlog=errlog()) as (read, write),

@@ -8,6 +8,12 @@ no cap, so its own retries are off and ours cap each wait and the whole call.
 One SDK client per process per (key, base URL, timeout), shared by every run the process
 drives: building one costs about 16 ms of CPU (its TLS context), and the client (an httpx
 connection pool) is made to be shared between threads.
+
+The SDK is imported where a model is called, not with this module: its import costs about
+1.4 s of CPU, and every process of the console imports this module (the URL conf reaches it
+through the pages that say whether a key is set), while only the run worker calls the
+model. That worker imports it as it starts (:func:`sdk_preload`), so its first run does not
+wait on the import.
 """
 
 from __future__ import annotations
@@ -20,9 +26,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
-
-import anthropic
+from typing import TYPE_CHECKING, Any, cast
 
 from .core.model_turns import (
     ANTHROPIC,
@@ -32,6 +36,9 @@ from .core.model_turns import (
     ToolUse,
     Usage,
 )
+
+if TYPE_CHECKING:
+    import anthropic
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 MAX_WAIT_SECONDS = 8.0
@@ -74,6 +81,11 @@ def system_blocks(stable: str, variable: str = "") -> list[dict[str, Any]]:
     return blocks
 
 
+def sdk_preload() -> None:
+    """Import the SDK now, in a process about to drive runs (``runs.tasks``)."""
+    import anthropic  # noqa: F401
+
+
 _clients: dict[tuple[str, str | None, float], anthropic.Anthropic] = {}
 _clients_lock = threading.Lock()
 # A forked child (a prefork pool process) must not share its parent's open connections.
@@ -84,6 +96,8 @@ def shared_client(key: str, *, base_url: str | None, timeout: float) -> anthropi
     """This process's client for these settings, made on first use. Keyed by a digest of
     the API key, so a rotated key (a changed environment) gets a client of its own and the
     key itself is kept only where the SDK keeps it."""
+    import anthropic
+
     digest = hashlib.sha256(key.encode()).hexdigest()
     found = (digest, base_url, timeout)
     client = _clients.get(found)
@@ -132,6 +146,8 @@ class AnthropicModel:
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] = (),
     ) -> ModelTurn:
+        import anthropic
+
         started = time.monotonic()
         for attempt in range(1, self.attempts + 1):
             try:

@@ -19,6 +19,7 @@ from celery.signals import (
     worker_shutdown,
 )
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from approvals.tasks import reminders_send
 from harness_console.logging import run_log_context, run_log_enter, run_log_exit
@@ -26,6 +27,7 @@ from harness_console.logging import run_log_context, run_log_enter, run_log_exit
 from . import flow, leases
 from .approval_outcomes import approvals_expire_due
 from .lifecycle import run_dispatch
+from .model_clients import sdk_preload
 from .models import Run
 from .observability import telemetry
 from .observability.rollups import rollups_fold, rollups_reconcile
@@ -132,9 +134,20 @@ def _forks(worker: Any) -> bool:
 def _worker_started(sender: Any = None, **kwargs: Any) -> None:
     """A threads pool runs its tasks in this process and sends no worker_process_init: the
     tracer (its exporter's thread) starts here, once, before the first task. A prefork
-    parent traces nothing; its children configure theirs below."""
+    parent traces nothing; its children configure theirs below. A worker that takes runs
+    imports the model SDK now (a prefork parent for its children), not in its first run."""
     if not _forks(sender):
         telemetry.tracing_configure()
+    if _takes_runs(sender):
+        sdk_preload()
+
+
+def _takes_runs(worker: Any) -> bool:
+    """Whether this worker consumes the run queue (its queues are set before worker_init)."""
+    try:
+        return settings.RUNS_QUEUE in worker.app.amqp.queues.consume_from
+    except AttributeError:  # not a worker as Celery makes one: take no chance
+        return True
 
 
 @worker_shutdown.connect

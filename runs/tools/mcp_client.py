@@ -16,8 +16,6 @@ from functools import partial
 from typing import Any
 
 import anyio
-from mcp import ClientSession
-from mcp.client.stdio import stdio_client
 
 from policies.core.mcp_checks import McpRefusal, check_mcp_call, restricted
 from policies.core.mcp_reach import ArgumentRefused, reach_paths
@@ -42,6 +40,9 @@ from .isolation import Stopped, stopped_reply, tool_in_flight, until_stopped
 
 
 async def _call(server: McpServer, tool: str, arguments: dict[str, Any], cwd: str) -> Any:
+    from mcp import ClientSession  # imported by the calls only: policies.mcp_servers says why
+    from mcp.client.stdio import stdio_client
+
     with anyio.fail_after(server.timeout_sec):
         async with (
             stdio_client(server_parameters(server, cwd), errlog=errlog()) as (read, write),
