@@ -5,12 +5,14 @@ with ``harness_*`` names, ``_total`` counters, cumulative histograms and bounded
 from __future__ import annotations
 
 import datetime
+import threading
 import urllib.request
 from collections import Counter, defaultdict
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import DatabaseError, connection
 from django.test import override_settings
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -18,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import ApprovalRequest
 from runs.approval_outcomes import approval_decide
-from runs.models import DailyRollup, ModelCall, Run, ToolCall
+from runs.models import DailyRollup, ModelCall, RollupDelta, Run, ToolCall
+from runs.observability import metrics
 from runs.observability.core import rollup
 from runs.observability.rollups import FINISHED, day_of, rollups_reconcile
 from runs.services import run_cancel, run_create, run_rollback
@@ -322,6 +325,64 @@ def test_past_days_come_from_the_cache_until_one_of_their_cells_changes(client, 
     # Reconciliation finds no run behind yesterday's cell and removes it: gone at once.
     assert rollups_reconcile([yesterday]) == 1
     assert figures() == (0, 1, 1)
+
+
+# --- a scrape reads one snapshot, and writes nothing in it ------------------------------------
+def ended_elsewhere(agent, workspace, status: str) -> None:
+    """A run's end as a worker records it (a delta), committed by another connection."""
+
+    def insert() -> None:
+        try:
+            RollupDelta.objects.create(
+                day=day_of(timezone.now()),
+                agent=agent,
+                workspace=workspace,
+                data=cell(status, tool="readSource"),
+            )
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=insert)
+    other.start()
+    other.join()
+
+
+@override_settings(METRICS_TOKEN=TOKEN)
+@EVERYWHERE
+def test_runs_ending_while_a_scrape_reads_neither_fail_it_nor_go_uncounted(
+    client, agent, workspace, monkeypatch
+):
+    """The scrape folded the pending deltas inside its read snapshot: when a run ended
+    after the snapshot began, that write failed (SQLite: "database is locked" at once;
+    PostgreSQL: a serialization failure) and /metrics answered 500."""
+    ended_elsewhere(agent, workspace, "completed")  # pending when the scrape begins
+    reads = metrics.runs_by_active_status
+
+    def meanwhile() -> dict[str, int]:  # the snapshot's first read, then a run ends
+        found = reads()
+        ended_elsewhere(agent, workspace, "failed")
+        return found
+
+    monkeypatch.setattr(metrics, "runs_by_active_status", meanwhile)
+    _, samples = parse(scrape(client))
+    assert value(samples, "harness_runs_completed_total", agent="tester") == 1
+    assert value(samples, "harness_runs_failed_total", agent="tester") == 0  # after its snapshot
+    monkeypatch.setattr(metrics, "runs_by_active_status", reads)
+    _, samples = parse(scrape(client))
+    assert value(samples, "harness_runs_failed_total", agent="tester") == 1
+    assert not RollupDelta.objects.exists()
+
+
+@EVERYWHERE
+def test_the_snapshot_refuses_any_write_and_the_connection_writes_after_it(agent, workspace):
+    """Read-only at the database, so a write put in it fails every time, not in a race."""
+    with pytest.raises(DatabaseError), metrics.read_snapshot():
+        Run.objects.update(request="changed inside a scrape")
+    ended_elsewhere(agent, workspace, "completed")
+    with metrics.read_snapshot():
+        assert RollupDelta.objects.count() == 1
+    RollupDelta.objects.all().delete()  # this connection, after the snapshot: writable
+    assert not RollupDelta.objects.exists()
 
 
 # --- who may read them -------------------------------------------------------------------------

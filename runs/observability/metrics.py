@@ -108,13 +108,19 @@ class Snapshot:
 
 @contextmanager
 def read_snapshot(using: str = "default") -> Iterator[None]:
-    """One read transaction that sees one state of the database.
+    """One read transaction that sees one state of the database, and may not write.
 
     PostgreSQL's default (READ COMMITTED) gives each statement its own snapshot, so the
     transaction asks for REPEATABLE READ first. SQLite in WAL mode keeps one snapshot per
     read transaction already, but this project begins transactions IMMEDIATE (taking the
     write lock, for its writers); a scrape begins a DEFERRED one, so it never holds up a
-    worker. Inside a caller's transaction there is nothing to choose: its snapshot holds."""
+    worker. Inside a caller's transaction there is nothing to choose: its snapshot holds.
+
+    A write inside such a snapshot fails whenever another connection committed since it
+    began (SQLite: "database is locked" at once, no busy wait; PostgreSQL: a serialization
+    failure): a scrape that folded the rollups in it answered 500 while runs were ending.
+    So the snapshot is read-only at the database (PostgreSQL's READ ONLY, SQLite's
+    ``query_only``): a write in it fails every time, in the tests too, not only in a race."""
     # Any: transaction_mode is the SQLite backend's own attribute, unknown to the stubs.
     connection: Any = connections[using]
     if connection.in_atomic_block:
@@ -128,13 +134,17 @@ def read_snapshot(using: str = "default") -> Iterator[None]:
         with transaction.atomic(using=using):
             if connection.vendor == "sqlite":
                 connection.transaction_mode = mode
+                with connection.cursor() as cursor:
+                    cursor.execute("PRAGMA query_only = ON")
             if connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
     finally:
         if connection.vendor == "sqlite":
             connection.transaction_mode = mode
+            if connection.connection is not None:  # the connection's flag, not the transaction's
+                connection.connection.execute("PRAGMA query_only = OFF")
 
 
 def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
@@ -142,6 +152,7 @@ def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
     run, so rate() has a starting point; labels are agent slugs, never ids. The eval set's
     traffic is left out: its cases fail runs on purpose, and no alert should fire for it."""
     now = now or timezone.now()
+    rollups_fold()  # the runs that ended since the last fold, in their cells: a write, so first
     with read_snapshot():
         live = runs_by_active_status()
         stuck = stuck_runs_count(now=now)
@@ -181,8 +192,8 @@ def cells_total(*, today: date) -> dict[Any, dict[str, Any]]:
 
     The key of the past days' total names how many cells they have and their latest
     ``updated_at``: a reconciliation or a rollback that changes a past cell bumps the
-    latter (``auto_now``), one that deletes a cell lowers the former."""
-    rollups_fold()  # the runs that ended since the last fold, in their cells
+    latter (``auto_now``), one that deletes a cell lowers the former. The caller folds the
+    pending deltas first (:func:`metrics_snapshot`): this reads in its snapshot."""
     past = DailyRollup.objects.without_evals().filter(day__lt=today).order_by()
     stamp = past.aggregate(n=Count("pk"), last=Max("updated_at"))
     last = stamp["last"].isoformat() if stamp["last"] else "-"
