@@ -23,7 +23,7 @@ from runs.approval_outcomes import approval_decide
 from runs.models import DailyRollup, ModelCall, RollupDelta, Run, ToolCall
 from runs.observability import metrics
 from runs.observability.core import rollup
-from runs.observability.rollups import FINISHED, day_of, rollups_reconcile
+from runs.observability.rollups import FINISHED, day_of, rollups_fold, rollups_reconcile
 from runs.services import run_cancel, run_create, run_rollback
 from tests.conftest import EVERYWHERE
 from tests.helpers import FIX, drive, session_cookie_for
@@ -328,8 +328,9 @@ def test_past_days_come_from_the_cache_until_one_of_their_cells_changes(client, 
 
 
 # --- a scrape reads one snapshot, and writes nothing in it ------------------------------------
-def ended_elsewhere(agent, workspace, status: str) -> None:
-    """A run's end as a worker records it (a delta), committed by another connection."""
+def ended_elsewhere(agent, workspace, status: str, *, folded: bool = False) -> None:
+    """A run's end as a worker records it (a delta), committed by another connection;
+    ``folded``: that connection then folds every pending delta into the cells."""
 
     def insert() -> None:
         try:
@@ -339,6 +340,8 @@ def ended_elsewhere(agent, workspace, status: str) -> None:
                 workspace=workspace,
                 data=cell(status, tool="readSource"),
             )
+            if folded:
+                rollups_fold()
         finally:
             connection.close()
 
@@ -352,15 +355,15 @@ def ended_elsewhere(agent, workspace, status: str) -> None:
 def test_runs_ending_while_a_scrape_reads_neither_fail_it_nor_go_uncounted(
     client, agent, workspace, monkeypatch
 ):
-    """The scrape folded the pending deltas inside its read snapshot: when a run ended
-    after the snapshot began, that write failed (SQLite: "database is locked" at once;
-    PostgreSQL: a serialization failure) and /metrics answered 500."""
+    """The scrape folded the pending deltas inside its read snapshot: when a run ended (and
+    was folded) after the snapshot began, that write failed (SQLite: "database is locked"
+    at once; PostgreSQL: a serialization failure) and /metrics answered 500."""
     ended_elsewhere(agent, workspace, "completed")  # pending when the scrape begins
     reads = metrics.runs_by_active_status
 
     def meanwhile() -> dict[str, int]:  # the snapshot's first read, then a run ends
         found = reads()
-        ended_elsewhere(agent, workspace, "failed")
+        ended_elsewhere(agent, workspace, "failed", folded=True)
         return found
 
     monkeypatch.setattr(metrics, "runs_by_active_status", meanwhile)

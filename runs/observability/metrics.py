@@ -19,6 +19,7 @@ work, with no per-process state to merge: no global registry, no multiprocess fi
 from __future__ import annotations
 
 import hmac
+import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def read_snapshot(using: str = "default") -> Iterator[None]:
     began (SQLite: "database is locked" at once, no busy wait; PostgreSQL: a serialization
     failure): a scrape that folded the rollups in it answered 500 while runs were ending.
     So the snapshot is read-only at the database (PostgreSQL's READ ONLY, SQLite's
-    ``query_only``): a write in it fails every time, in the tests too, not only in a race."""
+    ``query_only``): a write in it fails every time, not only in a race. (Inside a caller's
+    transaction the caller decides, and may write.)"""
     # Any: transaction_mode is the SQLite backend's own attribute, unknown to the stubs.
     connection: Any = connections[using]
     if connection.in_atomic_block:
@@ -143,8 +145,19 @@ def read_snapshot(using: str = "default") -> Iterator[None]:
     finally:
         if connection.vendor == "sqlite":
             connection.transaction_mode = mode
-            if connection.connection is not None:  # the connection's flag, not the transaction's
-                connection.connection.execute("PRAGMA query_only = OFF")
+            _writable_again(connection)
+
+
+def _writable_again(connection: Any) -> None:
+    """``query_only`` is the connection's flag, not the transaction's: turned off, or, if
+    the connection cannot take it (broken under the failed body), closed, so that no
+    read-only connection is used again and the body's own error is the one raised."""
+    if connection.connection is None:
+        return
+    try:
+        connection.connection.execute("PRAGMA query_only = OFF")
+    except sqlite3.Error:
+        connection.close()
 
 
 def metrics_snapshot(*, now: datetime | None = None) -> Snapshot:
