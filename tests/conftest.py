@@ -92,6 +92,38 @@ BaseDatabaseOperations.execute_sql_flush = _flush_retrying(  # type: ignore[meth
     BaseDatabaseOperations.execute_sql_flush
 )
 
+# Whether this test process has started the live stack: from then on its processes write
+# to this process's test database between tests.
+STACK = {"started": False}
+
+
+def _deleting_flush(sql_flush):
+    """On PostgreSQL, a transactional test's teardown deletes every table's rows in one
+    transaction (its foreign keys, Django's, deferred to the commit) rather than TRUNCATE
+    them: the tests leave a few rows, and TRUNCATE, which gives each table a new file, cost
+    190-330 ms a test here against 10 ms. Both leave the same empty tables while nobody else
+    writes. Once this process has started the live stack, whose processes do, TRUNCATE again:
+    it waits for their transactions and removes what they committed meanwhile, where a
+    DELETE would leave a row committed after its statement began. Asked to reset sequences
+    or to cascade, Django's own statements."""
+
+    @functools.wraps(sql_flush)
+    def deleting(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or allow_cascade or STACK["started"] or not tables:
+            return sql_flush(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        deletes = [f"DELETE FROM {self.quote_name(table)}" for table in tables]  # noqa: S608
+        return ["SET CONSTRAINTS ALL DEFERRED", *deletes]
+
+    return deleting
+
+
+if not settings.EMBEDDED:
+    from django.db.backends.postgresql.operations import DatabaseOperations as Postgres
+
+    Postgres.sql_flush = _deleting_flush(Postgres.sql_flush)  # type: ignore[method-assign]
+
 
 class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
     """Django's own hasher with one iteration, as Django's docs advise for tests: the real
@@ -250,6 +282,7 @@ def live_stack(django_db_setup: None, django_db_blocker) -> Iterator[LiveStack]:
     stack.fake_anthropic = fake
     stack.webhook = webhook
     stack.otlp = otlp
+    STACK["started"] = True
     try:
         stack.start(collectstatic=not settings.WHITENOISE_USE_FINDERS)
         yield stack
