@@ -9,6 +9,7 @@ embedded default, which has no Redis of its own, skipped when none answers."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import time
@@ -242,7 +243,6 @@ def test_a_redis_refusing_the_subscription_is_said_once_not_at_every_retry(
 ):
     """A Redis that stays down (or a user without SUBSCRIBE): one warning for the
     outage, not one a second; the reads go to the key meanwhile."""
-    import logging
 
     def down(*args: Any, **kwargs: Any) -> None:
         raise redis.ConnectionError("Redis is down")
