@@ -36,6 +36,7 @@ from policies.models import Agent, Workspace
 from runs.models import Run
 from runs.services import run_create
 
+from . import post_migrate_rows
 from .fake_anthropic import FakeAnthropic
 from .helpers import BROKEN, FIX
 from .otlp_receiver import OtlpReceiver
@@ -123,6 +124,8 @@ if not settings.EMBEDDED:
     from django.db.backends.postgresql.operations import DatabaseOperations as Postgres
 
     Postgres.sql_flush = _deleting_flush(Postgres.sql_flush)  # type: ignore[method-assign]
+
+post_migrate_rows.install()
 
 
 class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):

@@ -7,8 +7,10 @@ import json
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
+from django.core.management.sql import emit_post_migrate_signal
 
 from policies.models import Agent, Workspace
 
@@ -94,3 +96,42 @@ def test_the_channel_layer_database_holds_only_its_own_tables():
     assert not router.allow_migrate("channels", "runs")
     assert not router.allow_migrate("default", "channels_lite")
     assert router.allow_migrate("default", "runs")
+
+
+def _auth_rows() -> dict[str, set[tuple[object, ...]]]:
+    return {
+        "content types": set(ContentType.objects.values_list("pk", "app_label", "model")),
+        "permissions": set(Permission.objects.values_list("pk", "content_type", "codename")),
+        "roles": {
+            (group.name, frozenset(group.permissions.values_list("pk", flat=True)))
+            for group in Group.objects.all()
+        },
+    }
+
+
+def _flushed_and_checked() -> dict[str, set[tuple[object, ...]]]:
+    """A flush as a transactional test's teardown makes, then what it left: as the
+    post_migrate signal leaves it (sending the signal for real changes nothing)."""
+    # As the teardown flushes: sequences kept (a reset would restart keys that the
+    # full-text index, which no flush empties, still holds).
+    call_command("flush", interactive=False, verbosity=0, reset_sequences=False)
+    after = _auth_rows()
+    assert after["permissions"] and {"admin", "approver", "operator", "ops"} <= {
+        name for name, _ in after["roles"]
+    }
+    emit_post_migrate_signal(0, False, "default")
+    assert _auth_rows() == after
+    return after
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_leaves_the_rows_post_migrate_makes():
+    # The tests' flush puts back the rows its first post_migrate made in this process
+    # (tests/post_migrate_rows.py) rather than sending the signal again: the second flush
+    # here restores them, whatever the test damaged.
+    first = _flushed_and_checked()
+    Group.objects.get(name="ops").permissions.clear()
+    Permission.objects.filter(codename="view_dashboards").delete()
+    Group.objects.create(name="made-by-a-test")
+    assert _flushed_and_checked() == first
+    assert Group.objects.create(name="made-after-the-restore").pk  # keys past the restored
