@@ -239,3 +239,44 @@ def test_the_history_filters_follow_the_address_after_back(
     expect(page).to_have_url(re.compile(r"kind=commit(?!.*status=rejected)"))
     expect(kind).to_have_value("commit")
     expect(status).to_have_value("")
+
+
+def test_the_history_s_decided_by_box_sends_once(
+    live_stack, page, client, personas, agent, workspace
+):
+    # As the runs list's search (tests/test_runs_list_browser.py): Enter in a filter's
+    # text box sends it once, and leaving the box does not send it again.
+    def decided() -> None:
+        run = run_create(
+            agent=agent,
+            workspace=workspace,
+            requester=personas.operator,
+            request=FIX,
+            dispatch=False,
+        )
+        ApprovalRequest.objects.create(
+            run=run,
+            kind="commit",
+            status="approved",
+            tool_use_id="d0",
+            summary="d0",
+            decided_by=personas.approver,
+        )
+
+    off_loop(decided)
+    login(page, live_stack, client, personas.approver)
+    page.goto(f"{live_stack.url}/approvals/history/")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "/approvals/history/?" in r.url else None)
+    who = personas.approver.username
+    page.fill("input[name=decided_by]", who)
+    page.press("input[name=decided_by]", "Enter")
+    expect(page).to_have_url(re.compile(rf"decided_by={who}"))
+    page.locator("h1").click()  # the box loses focus
+    page.locator("select[name=kind]").select_option("tool_call")
+    expect(page).to_have_url(re.compile(r"kind=tool_call"))
+    expect(page.locator("#approval-history tr[data-approval]")).to_have_count(0)
+    assert [(f"decided_by={who}" in u, "kind=tool_call" in u) for u in sent] == [
+        (True, False),
+        (True, True),
+    ]

@@ -49,6 +49,29 @@ def test_a_search_pages_through_its_runs_and_back(
     assert errors == []
 
 
+def test_a_search_is_sent_once_and_a_filter_once(
+    live_stack, page: Page, client, personas, agent, workspace
+):
+    # Enter sent the search twice (the box's change, then the form's submit), and the
+    # second answer's new address cancelled a page opened meanwhile; leaving the box sent
+    # it again. Each request is counted up to one the next filter sends, so a late one is
+    # among them whatever the timing.
+    mine = {"personas": personas, "agent": agent, "workspace": workspace, "status": "completed"}
+    off_loop(make_runs, **mine, n=2, request="Check the index")
+    login(page, live_stack, client, personas.ops)
+    page.goto(f"{live_stack.url}/runs/")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "/runs/?" in r.url else None)
+    page.fill("#run-search", "index")
+    page.press("#run-search", "Enter")
+    expect(page).to_have_url(re.compile(r"[?&]q=index"))
+    page.locator("h1").click()  # the box loses focus
+    page.select_option("select[name=status]", "failed")
+    expect(page).to_have_url(re.compile(r"[?&]status=failed"))
+    expect(page.locator("#run-count")).to_have_attribute("data-total", "0")
+    assert [("q=index" in u, "status=failed" in u) for u in sent] == [(True, False), (True, True)]
+
+
 def test_the_run_page_says_at_its_top_what_was_refused(
     live_stack, page: Page, client, personas, agent, workspace
 ):
