@@ -102,3 +102,24 @@ def test_an_unchanged_tree_is_checked_without_a_lock_or_the_documents_text(docs)
         '"content"' in q["sql"] and q["sql"].lstrip().upper().startswith("SELECT")
         for q in queries.captured_queries
     )
+
+
+def test_a_stale_row_of_the_index_under_a_reused_key_is_replaced(docs):
+    # An entry removed without the index (a deleted workspace, manage.py flush), then its
+    # key given out again (a flush restarts them): indexing under that key failed with
+    # "constraint failed", and the old text would have matched searches.
+    doc_index_refresh(docs)
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL's index is a column of the entry's own row")
+    entry = DocIndexEntry.objects.order_by("-pk").first()  # the next key is its again
+    DocIndexEntry.objects.filter(pk=entry.pk).delete()  # the index's row stays behind
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sqlite_sequence SET seq = %s WHERE name = 'runs_docindexentry'",
+            [entry.pk - 1],
+        )
+    (docs.root_path / entry.path).write_text("# Tracing\n\nSpans go to the zanzibar.\n")
+    assert [r["path"] for r in search(docs, "zanzibar")] == [entry.path]
+    assert DocIndexEntry.objects.get(path=entry.path).pk == entry.pk
+    old_words = entry.content.split()[-1].strip(".")
+    assert entry.path not in [r["path"] for r in search(docs, old_words)]

@@ -114,7 +114,6 @@ def _document_write(
             workspace=workspace, path=path, title=title, content=text, mtime_ns=mtime_ns, size=size
         )
     else:
-        _fts_delete(indexed.pk)
         indexed.title, indexed.content = title, text
         indexed.mtime_ns, indexed.size = mtime_ns, size
         indexed.save(update_fields=["title", "content", "mtime_ns", "size"])
@@ -132,7 +131,13 @@ def _fts_delete(pk: int) -> None:
 
 
 def _fts_insert(entry: DocIndexEntry) -> None:
+    """The entry's row of the full-text index, in place of any row under its key: the
+    entry's own older text, or a row left behind by an entry removed without the index
+    (a workspace deleted, ``manage.py flush``) whose key the database gave out again (a
+    flush restarts the keys). Such a row made every insert under its key fail, and would
+    have answered searches with text no document holds."""
     if connection.vendor == "sqlite":
+        _fts_delete(entry.pk)
         with connection.cursor() as cursor:
             cursor.execute(
                 "INSERT INTO runs_doc_fts(rowid, title, content) VALUES (%s, %s, %s)",
