@@ -245,7 +245,7 @@ def test_the_history_s_decided_by_box_sends_once(
     live_stack, page, client, personas, agent, workspace
 ):
     # As the runs list's search (tests/test_runs_list_browser.py): Enter in a filter's
-    # text box sends it once, and leaving the box does not send it again.
+    # text box sends it once (the box's change and the form's own submit sent it twice).
     def decided() -> None:
         run = run_create(
             agent=agent,

@@ -53,9 +53,9 @@ def test_a_search_is_sent_once_and_a_filter_once(
     live_stack, page: Page, client, personas, agent, workspace
 ):
     # Enter sent the search twice (the box's change, then the form's submit), and the
-    # second answer's new address cancelled a page opened meanwhile; leaving the box sent
-    # it again. Each request is counted up to one the next filter sends, so a late one is
-    # among them whatever the timing.
+    # second answer's new address cancelled a page opened meanwhile. The box is left
+    # before the next filter, and each request is counted up to the one that filter
+    # sends, so a late one is among them whatever the timing.
     mine = {"personas": personas, "agent": agent, "workspace": workspace, "status": "completed"}
     off_loop(make_runs, **mine, n=2, request="Check the index")
     login(page, live_stack, client, personas.ops)

@@ -1,8 +1,9 @@
 // A filter form (form.filters) sends a text box's words once, with Enter (the form's
-// submit); its selects and dates send on "change". A change of a text box, which Chromium
-// fires with that Enter and again when the box loses focus, would send the same filter a
-// second time, and that second answer, arriving after a click on "older" or a run, pushed
-// its address over the page being opened and cancelled it. A text box's change stops here.
+// submit); its selects and dates send on "change". Chromium fires a text box's change
+// with that Enter, just before the submit, so the form sent the same filter twice, and
+// the second answer, arriving after a click on "older" or a run, pushed its address over
+// the page being opened and cancelled it. A text box's change stops here: words typed and
+// left without Enter (or cleared with the box's ×) apply at the next Enter.
 (function () {
   "use strict";
   document.addEventListener(
