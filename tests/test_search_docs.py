@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 
 from policies.core.default_policy import DEFAULT_POLICY
+from policies.models import Workspace
 from runs.models import DocIndexEntry
 from runs.tools.call import tool_call_run
 from runs.tools.doc_search import doc_index_refresh
@@ -104,16 +105,26 @@ def test_an_unchanged_tree_is_checked_without_a_lock_or_the_documents_text(docs)
     )
 
 
+def _fts_rows() -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rowid FROM runs_doc_fts")
+        return {rowid for (rowid,) in cursor.fetchall()}
+
+
 def test_a_stale_row_of_the_index_under_a_reused_key_is_replaced(docs):
-    # An entry removed without the index (a deleted workspace, manage.py flush), then its
-    # key given out again (a flush restarts them): indexing under that key failed with
-    # "constraint failed", and the old text would have matched searches.
+    # A row left under a key the database gives out again (manage.py flush restarts the
+    # keys; before migration 0031 a cascade left rows too): indexing under that key failed
+    # with "constraint failed", and the old text would have matched searches.
     doc_index_refresh(docs)
     if connection.vendor != "sqlite":
         pytest.skip("PostgreSQL's index is a column of the entry's own row")
     entry = DocIndexEntry.objects.order_by("-pk").first()  # the next key is its again
-    DocIndexEntry.objects.filter(pk=entry.pk).delete()  # the index's row stays behind
+    DocIndexEntry.objects.filter(pk=entry.pk).delete()
     with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runs_doc_fts(rowid, title, content) VALUES (%s, 'Old', 'stale words')",
+            [entry.pk],
+        )
         cursor.execute(
             "UPDATE sqlite_sequence SET seq = %s WHERE name = 'runs_docindexentry'",
             [entry.pk - 1],
@@ -121,5 +132,15 @@ def test_a_stale_row_of_the_index_under_a_reused_key_is_replaced(docs):
     (docs.root_path / entry.path).write_text("# Tracing\n\nSpans go to the zanzibar.\n")
     assert [r["path"] for r in search(docs, "zanzibar")] == [entry.path]
     assert DocIndexEntry.objects.get(path=entry.path).pk == entry.pk
-    old_words = entry.content.split()[-1].strip(".")
-    assert entry.path not in [r["path"] for r in search(docs, old_words)]
+    assert search(docs, "stale words") == []
+
+
+def test_an_entry_removed_by_its_workspace_s_cascade_takes_its_row_along(docs):
+    doc_index_refresh(docs)
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL's index is a column of the entry's own row")
+    keys = set(DocIndexEntry.objects.filter(workspace=docs).values_list("pk", flat=True))
+    assert keys and keys <= _fts_rows()
+    Workspace.objects.filter(pk=docs.pk).delete()
+    assert not DocIndexEntry.objects.filter(pk__in=keys).exists()
+    assert not keys & _fts_rows()

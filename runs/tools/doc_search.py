@@ -93,8 +93,7 @@ def _index_write(
         entries = {e.path: e for e in _entries(workspace).only("id", "path", "mtime_ns", "size")}
         for path, entry in entries.items():
             if path not in keep:
-                _fts_delete(entry.pk)
-                entry.delete()
+                entry.delete()  # its full-text row with it (SQLite: migration 0031's trigger)
                 changed += 1
         for path, text in texts.items():
             indexed = entries.get(path)
@@ -132,10 +131,10 @@ def _fts_delete(pk: int) -> None:
 
 def _fts_insert(entry: DocIndexEntry) -> None:
     """The entry's row of the full-text index, in place of any row under its key: the
-    entry's own older text, or a row left behind by an entry removed without the index
-    (a workspace deleted, ``manage.py flush``) whose key the database gave out again (a
-    flush restarts the keys). Such a row made every insert under its key fail, and would
-    have answered searches with text no document holds."""
+    entry's own older text, or a row left behind under a key the database gave out again
+    (``manage.py flush`` restarts the keys; before migration 0031 an entry removed by its
+    workspace's cascade or a flush left its row). Such a row made every insert under its
+    key fail, and would have answered searches with text no document holds."""
     if connection.vendor == "sqlite":
         _fts_delete(entry.pk)
         with connection.cursor() as cursor:
