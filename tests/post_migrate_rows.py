@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.apps import apps
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.management.color import no_style
 from django.core.management.commands import flush
 from django.db import connections, transaction
+from django.db.models import Model
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,11 @@ class _Table:
 _made: dict[str, list[_Table]] = {}  # database alias -> the rows post_migrate made there
 
 
-def _made_by_receivers() -> list[str]:
-    """The tables the receivers write: content types, permissions and the roles. Only
-    these are kept: a live stack's process may commit rows elsewhere meanwhile (a channel
-    layer's group, a run), which no later test must find put back."""
-    group_permissions = Group.permissions.through
-    models = [ContentType, Permission, Group, group_permissions]
-    return [model._meta.db_table for model in models]
+def _made_by_receivers() -> list[type[Model]]:
+    """The models whose tables the receivers write: content types, permissions and the
+    roles. Only these are kept: a live stack's process may commit rows elsewhere meanwhile
+    (a channel layer's group, a run), which no later test must find put back."""
+    return [ContentType, Permission, Group, Group.permissions.through]
 
 
 def _rows_read(alias: str) -> list[_Table]:
@@ -51,7 +49,9 @@ def _rows_read(alias: str) -> list[_Table]:
     tables = []
     existing = set(connection.introspection.table_names())
     with connection.cursor() as cursor:
-        for name in [t for t in _made_by_receivers() if t in existing]:
+        for name in [m._meta.db_table for m in _made_by_receivers()]:
+            if name not in existing:
+                continue
             cursor.execute(f"SELECT * FROM {connection.ops.quote_name(name)}")  # noqa: S608
             rows = cursor.fetchall()
             if rows:
@@ -66,7 +66,7 @@ def _rows_restore(alias: str, tables: list[_Table]) -> None:
     connection = connections[alias]
     quote = connection.ops.quote_name
     restored = {table.name for table in tables}
-    models = [m for m in apps.get_models(include_auto_created=True) if m._meta.db_table in restored]
+    models = [m for m in _made_by_receivers() if m._meta.db_table in restored]
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         for table in tables:
             columns = ", ".join(quote(column) for column in table.columns)

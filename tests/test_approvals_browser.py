@@ -207,23 +207,27 @@ def test_the_navigation_count_follows_on_any_page_of_an_approver(
     expect(badge).to_have_text("0", timeout=20_000)
 
 
+def _decided(personas, agent, workspace, requests: list[dict]) -> None:
+    """The operator's run, handed to no worker, with these decided requests."""
+    run = run_create(
+        agent=agent,
+        workspace=workspace,
+        requester=personas.operator,
+        request=FIX,
+        dispatch=False,
+    )
+    for i, fields in enumerate(requests):
+        ApprovalRequest.objects.create(run=run, tool_use_id=f"h{i}", summary=f"h{i}", **fields)
+
+
 def test_the_history_filters_follow_the_address_after_back(
     live_stack, page, client, personas, agent, workspace
 ):
-    def decided() -> None:
-        run = run_create(
-            agent=agent,
-            workspace=workspace,
-            requester=personas.operator,
-            request=FIX,
-            dispatch=False,
-        )
-        for i, (kind, status) in enumerate([("commit", "approved"), ("tool_call", "rejected")]):
-            ApprovalRequest.objects.create(
-                run=run, kind=kind, status=status, tool_use_id=f"h{i}", summary=f"h{i}"
-            )
-
-    off_loop(decided)
+    requests = [
+        {"kind": "commit", "status": "approved"},
+        {"kind": "tool_call", "status": "rejected"},
+    ]
+    off_loop(_decided, personas=personas, agent=agent, workspace=workspace, requests=requests)
     login(page, live_stack, client, personas.approver)
     page.goto(f"{live_stack.url}/approvals/history/")
     rows = page.locator("#approval-history tr[data-approval]")
@@ -246,24 +250,8 @@ def test_the_history_s_decided_by_box_sends_once(
 ):
     # As the runs list's search (tests/test_runs_list_browser.py): Enter in a filter's
     # text box sends it once (the box's change and the form's own submit sent it twice).
-    def decided() -> None:
-        run = run_create(
-            agent=agent,
-            workspace=workspace,
-            requester=personas.operator,
-            request=FIX,
-            dispatch=False,
-        )
-        ApprovalRequest.objects.create(
-            run=run,
-            kind="commit",
-            status="approved",
-            tool_use_id="d0",
-            summary="d0",
-            decided_by=personas.approver,
-        )
-
-    off_loop(decided)
+    mine = {"kind": "commit", "status": "approved", "decided_by": personas.approver}
+    off_loop(_decided, personas=personas, agent=agent, workspace=workspace, requests=[mine])
     login(page, live_stack, client, personas.approver)
     page.goto(f"{live_stack.url}/approvals/history/")
     sent: list[str] = []

@@ -112,8 +112,7 @@ def _auth_rows() -> dict[str, set[tuple[object, ...]]]:
 def _flushed_and_checked() -> dict[str, set[tuple[object, ...]]]:
     """A flush as a transactional test's teardown makes, then what it left: as the
     post_migrate signal leaves it (sending the signal for real changes nothing)."""
-    # As the teardown flushes: sequences kept (a reset would restart keys that the
-    # full-text index, which no flush empties, still holds).
+    # As a transactional test's teardown flushes: its sequences kept.
     call_command("flush", interactive=False, verbosity=0, reset_sequences=False)
     after = _auth_rows()
     assert after["permissions"] and {"admin", "approver", "operator", "ops"} <= {
