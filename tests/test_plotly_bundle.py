@@ -25,6 +25,9 @@ from tests.plotly_bundle import (
 )
 from tests.stack import off_loop
 
+DRAWN_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
+    .every((div) => div.querySelector('.main-svg') !== null)"""
+
 
 def test_the_vendored_plotly_is_the_version_the_plotly_package_writes_figures_for():
     import plotly.offline
@@ -87,6 +90,10 @@ def test_every_chart_of_the_console_draws_with_the_vendored_bundle(
         expect(figures.nth(at_least - 1)).to_be_attached()  # the retrospective's come after
         assert figures.count() >= at_least, path
         expect(page.locator(".js-plotly-plot")).to_have_count(figures.count())
+        # Plotly marks the div at once and may draw it a moment later (its newPlot is a
+        # promise; the run page draws again when its panel is swapped in): wait for every
+        # chart's SVG, then read them. A chart that never draws fails the wait.
+        page.wait_for_function(DRAWN_JS, timeout=20_000)
         charts = page.evaluate(UNREGISTERED_JS)
         assert len(charts) == figures.count(), path
         assert [c for c in charts if not c["drawn"] or c["unregistered"]] == [], path
