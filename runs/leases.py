@@ -235,13 +235,20 @@ class Heartbeat:
     (the fence refuses it anyway). While a tool call of the run is in flight, a cancel
     stops the tool at once (``tool_processes_stop``), and the run then ends as cancelled at
     its next checkpoint instead of when the tool would have finished. Entering the heartbeat
-    opens the run's tool scope in the driving thread: the tools it runs are the run's.
+    opens the drive's tool scope in the driving thread: the tools it runs are this drive's,
+    named by the run and the lease's token.
+
+    Once its drive has left, a heartbeat ignores what the keeper tells it: the keeper may
+    act on a snapshot of the beats taken before the drive ended (the drive's own release
+    then reads as a moved token), and the run may already be driven again here, under a
+    new lease whose tools are not this one's to stop.
     """
 
     def __init__(self, lease: Lease) -> None:
-        self.lease, self.lost, self.cancelled = lease, False, False
+        self.lease, self.lost, self.cancelled, self.left = lease, False, False, False
         self.renewed = time.monotonic()
-        self._scope = tool_scope(lease.run_id)
+        self.scope = (lease.run_id, lease.token)
+        self._scope = tool_scope(self.scope)
 
     def __enter__(self) -> Heartbeat:
         self._scope.__enter__()
@@ -249,6 +256,7 @@ class Heartbeat:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.left = True
         KEEPER.leave(self)
         self._scope.__exit__(None, None, None)
 
@@ -256,12 +264,10 @@ class Heartbeat:
         """The run may be another worker's now: its tools in this process stop at once, so
         nothing this worker started goes on beside the new holder (their effects could
         not land anyway: the fence refuses them)."""
-        if self.lost:
+        if self.lost or self.left:
             return
         self.lost = True
-        stopped = tool_processes_stop(
-            run_id=self.lease.run_id, reason=f"this worker lost the run: {why}"
-        )
+        stopped = tool_processes_stop(scope=self.scope, reason=f"this worker lost the run: {why}")
         logger.warning(
             "Lost the lease of run %s (%s); %s tool call(s) stopped",
             self.lease.run_id,
@@ -270,10 +276,12 @@ class Heartbeat:
         )
 
     def _cancel_seen(self) -> None:
-        self.cancelled = True
-        if not tool_calls_in_flight(run_id=self.lease.run_id):
+        if self.left:
             return
-        stopped = tool_processes_stop(run_id=self.lease.run_id, reason="the run was cancelled")
+        self.cancelled = True
+        if not tool_calls_in_flight(scope=self.scope):
+            return
+        stopped = tool_processes_stop(scope=self.scope, reason="the run was cancelled")
         if stopped:
             logger.info("Run %s was cancelled: %s tool call(s) stopped", self.lease.run_id, stopped)
 

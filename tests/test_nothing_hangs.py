@@ -402,7 +402,7 @@ def test_stopping_a_runs_tools_stops_them_at_once_and_only_that_runs(workspace, 
     wait = time.monotonic() + BOUND
     while not (alive(marker) and alive(other)) and time.monotonic() < wait:
         time.sleep(0.05)
-    assert tool_processes_stop(run_id="run-a", reason="the run was cancelled") == 1
+    assert tool_processes_stop(scope="run-a", reason="the run was cancelled") == 1
     threads[0].join(BOUND)
     assert not threads[0].is_alive(), "the stopped tool still runs"
     assert replies["run-a"] == {
@@ -413,7 +413,7 @@ def test_stopping_a_runs_tools_stops_them_at_once_and_only_that_runs(workspace, 
     }
     assert gone(marker)
     assert alive(other) and threads[1].is_alive()  # another run's tool goes on
-    assert tool_processes_stop(run_id="run-b", reason="test over") == 1
+    assert tool_processes_stop(scope="run-b", reason="test over") == 1
     threads[1].join(BOUND)
     assert gone(other)
 

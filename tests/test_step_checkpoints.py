@@ -13,6 +13,7 @@ from django.utils import timezone
 from runs.leases import KEEPER, Heartbeat, lease_claim, lease_release, lease_seconds
 from runs.model_clients import ReplayModel
 from runs.models import ModelCall, Run, RunEvent, ToolCall, WriteRecord
+from runs.tools.isolation import tool_in_flight
 from tests.conftest import SEEDED
 from tests.helpers import drive
 
@@ -74,6 +75,26 @@ def test_the_keeper_never_sets_a_lease_a_wait_or_a_release_cleared(run):
     KEEPER.beat([beat])
     row = Run.objects.get(pk=run.pk)
     assert row.lease_expires_at is None and row.lease_owner == ""
+
+
+def test_a_late_beat_for_a_drive_that_ended_cannot_stop_the_runs_next_drive(run, caplog):
+    """The keeper took its snapshot of the beats while the run's first drive held it; the
+    drive then waited (its release moved the token) and the run is driven again in this
+    process. The late beat reads a moved token: it must neither stop the new drive's tool
+    (on the old code the revision a rejected change asked for was stopped so) nor log a
+    lost lease, and the new drive's own beat goes on."""
+    first = lease_claim(run_id=run.pk, worker="keeper@host:1")
+    with Heartbeat(first) as stale:
+        lease_release(first)  # the drive waits for a person
+    second = lease_claim(run_id=run.pk, worker="keeper@host:1")
+    assert second is not None and second.token != first.token
+    stopped: list[str] = []
+    with Heartbeat(second) as beat, tool_in_flight(stop=lambda: stopped.append("stopped")):
+        KEEPER._renewed_at = 0.0
+        KEEPER.beat([stale, beat])
+        assert stopped == []
+        assert not stale.lost and not beat.lost
+    assert "Lost the lease" not in caplog.text
 
 
 def test_a_release_forgets_the_receipt(run):

@@ -21,9 +21,10 @@ a pid that may have been reused. A server that does not answer within ``REPLY_SE
 and is one too. Should the server not start, each call starts a fresh interpreter, as
 :func:`run_spawned` always does.
 
-Every tool call in flight in this process is registered under the run it belongs to (the
-run a :func:`tool_scope` names; the lease's heartbeat opens one per drive), so
-:func:`tool_processes_stop` stops a run's tools from any thread. Neither the supervisor
+Every tool call in flight in this process is registered under the scope it was made in
+(a :func:`tool_scope`; the lease's heartbeat opens one per drive of a run, named by the
+run and its lease token), so :func:`tool_processes_stop` stops one drive's tools from any
+thread, and never those of a later drive of the same run. Neither the supervisor
 nor the server relies on ``PR_SET_PDEATHSIG`` (it fires when the *thread* that forked it
 ends, and the calls come from a pool of threads): the supervisor knows the worker is gone
 when its stdin closes, the server when its channel does; only this process holds their
@@ -59,11 +60,11 @@ MAX_STDERR_BYTES = 64 * 1024  # enough for the last line, which the error quotes
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # past this a reply is cut, so it is no JSON: an error
 TIMED_OUT_EXIT = 4  # runs.tools.child.TIMED_OUT_EXIT: the supervisor kept the deadline
 
-_RUN: ContextVar[Any] = ContextVar("tool_run", default=None)
+_SCOPE: ContextVar[Any] = ContextVar("tool_scope", default=None)
 _LOCK = threading.Lock()
-_FLIGHTS: dict[Any, set[Flight]] = {}  # run id -> its tool calls in flight here
-_SCOPES: dict[Any, int] = {}  # run id -> open scopes
-_STOPPING: dict[Any, str] = {}  # run id -> why its tools are being stopped
+_FLIGHTS: dict[Any, set[Flight]] = {}  # scope -> its tool calls in flight here
+_SCOPES: dict[Any, int] = {}  # scope -> how many times it is open
+_STOPPING: dict[Any, str] = {}  # scope -> why its tools are being stopped
 
 
 @dataclass(eq=False)
@@ -76,39 +77,41 @@ class Flight:
 
 
 @contextlib.contextmanager
-def tool_scope(run_id: Any) -> Iterator[None]:
-    """The tool calls made in this context (this thread) belong to run ``run_id`` until the
-    scope closes. A stop left over from an earlier drive of the run is forgotten."""
-    token = _RUN.set(run_id)
+def tool_scope(scope: Any) -> Iterator[None]:
+    """The tool calls made in this context (this thread) belong to ``scope`` until it
+    closes. The heartbeat names one drive of a run by ``(run id, lease token)``: a stop
+    meant for a drive that ended (a keeper's late beat) cannot reach the run's next drive.
+    A stop left over from an earlier opening of the scope is forgotten."""
+    token = _SCOPE.set(scope)
     with _LOCK:
-        _SCOPES[run_id] = _SCOPES.get(run_id, 0) + 1
-        if _SCOPES[run_id] == 1:
-            _STOPPING.pop(run_id, None)
+        _SCOPES[scope] = _SCOPES.get(scope, 0) + 1
+        if _SCOPES[scope] == 1:
+            _STOPPING.pop(scope, None)
     try:
         yield
     finally:
-        _RUN.reset(token)
+        _SCOPE.reset(token)
         with _LOCK:
-            _SCOPES[run_id] -= 1
-            if not _SCOPES[run_id]:
-                del _SCOPES[run_id]
-                _STOPPING.pop(run_id, None)
+            _SCOPES[scope] -= 1
+            if not _SCOPES[scope]:
+                del _SCOPES[scope]
+                _STOPPING.pop(scope, None)
 
 
-def tool_processes_stop(*, run_id: Any, reason: str) -> int:
-    """Stop every tool call run ``run_id`` has in flight in this worker process; returns how
+def tool_processes_stop(*, scope: Any, reason: str) -> int:
+    """Stop every tool call ``scope`` has in flight in this worker process; returns how
     many were asked to stop. Thread-safe, callable from any thread, idempotent.
 
     Each call's processes get SIGTERM at once (the supervisor kills and reaps every
     descendant) and SIGKILL after ``KILL_GRACE_SECONDS``; each call returns a tool error
-    ``Stopped: <reason>``. Until the run's scope closes, a tool call it starts is stopped
+    ``Stopped: <reason>``. Until the scope closes, a tool call it starts is stopped
     before it starts. Callers: the lease heartbeat on a cancel (``runs.leases.Heartbeat``),
     and on a lost lease.
     """
     with _LOCK:
-        if run_id in _SCOPES:
-            _STOPPING.setdefault(run_id, reason)
-        flights = [f for f in _FLIGHTS.get(run_id, ()) if not f.asked.is_set()]
+        if scope in _SCOPES:
+            _STOPPING.setdefault(scope, reason)
+        flights = [f for f in _FLIGHTS.get(scope, ()) if not f.asked.is_set()]
         for flight in flights:
             flight.reason = reason
             flight.asked.set()
@@ -116,10 +119,10 @@ def tool_processes_stop(*, run_id: Any, reason: str) -> int:
     return len(flights)
 
 
-def tool_calls_in_flight(*, run_id: Any) -> int:
-    """How many tool calls of run ``run_id`` are running in this process now."""
+def tool_calls_in_flight(*, scope: Any) -> int:
+    """How many tool calls of ``scope`` are running in this process now."""
     with _LOCK:
-        return len(_FLIGHTS.get(run_id, ()))
+        return len(_FLIGHTS.get(scope, ()))
 
 
 class Stopped(Exception):
@@ -128,23 +131,23 @@ class Stopped(Exception):
 
 @contextlib.contextmanager
 def tool_in_flight(stop: Callable[[], None] | None = None) -> Iterator[Flight]:
-    """Register a tool call of the current scope's run while it runs (MCP calls too).
-    ``stop`` is called under the registry's lock, once; raises Stopped if the run's tools
-    are being stopped already."""
-    run_id = _RUN.get()
+    """Register a tool call of the current scope while it runs (MCP calls too). ``stop``
+    is called under the registry's lock, once; raises Stopped if the scope's tools are
+    being stopped already."""
+    scope = _SCOPE.get()
     flight = Flight() if stop is None else Flight(stop=stop)
     connection_return()  # the tool's seconds are not the pool's
     with _LOCK:
-        if run_id is not None and run_id in _STOPPING:
-            raise Stopped(_STOPPING[run_id])
-        _FLIGHTS.setdefault(run_id, set()).add(flight)
+        if scope is not None and scope in _STOPPING:
+            raise Stopped(_STOPPING[scope])
+        _FLIGHTS.setdefault(scope, set()).add(flight)
     try:
         yield flight
     finally:
         with _LOCK:
-            _FLIGHTS[run_id].discard(flight)
-            if not _FLIGHTS[run_id]:
-                del _FLIGHTS[run_id]
+            _FLIGHTS[scope].discard(flight)
+            if not _FLIGHTS[scope]:
+                del _FLIGHTS[scope]
 
 
 async def until_stopped[T](flight: Flight, work: Callable[[], Awaitable[T]]) -> T:
