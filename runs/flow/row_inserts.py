@@ -6,9 +6,11 @@ step of every run: in a worker driving hundreds of runs that cost more than the
 statements themselves. Here the statement for a table and a number of rows is made once
 per process from the model's own columns, and each value goes through its field's own
 ``pre_save`` and ``get_db_prep_save``, as ``bulk_create`` does: defaults, ``auto_now_add``,
-JSON and UUID conversion included; only the commonest values, a ``str`` of a text field, an
-``int`` of a number field and a ``bool``, go in as they are (what those methods make of
-them, the backend's adaptation of numbers included), which was most of the preparing. An
+JSON and UUID conversion included; only the commonest values skip the layers of those
+methods that make nothing of them: a ``str`` of a text field, an ``int`` of a number field
+and a ``bool`` go in as they are; a key's ``UUID`` or ``int``, and an aware ``datetime``, go
+straight to the backend's own adaptation of them (each what those methods end in). That
+was most of the preparing. An
 auto-incremented key comes back by ``RETURNING`` (SQLite 3.35+ and PostgreSQL, in the
 order of the rows, which ``bulk_create`` relies on too).
 
@@ -19,7 +21,9 @@ table are inserted by :func:`insert_joined`, a part of that statement.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import models, transaction
@@ -44,6 +48,7 @@ _NUMBERS = (
     models.PositiveBigIntegerField,
     models.PositiveSmallIntegerField,
 )
+_INT_KEYS = (models.AutoField, models.BigAutoField, models.SmallAutoField)
 
 
 def rows_insert(rows: Sequence[models.Model]) -> None:
@@ -168,6 +173,34 @@ def _preparer(field: Any) -> Prepare:
             return None if value is None else prepared(row, db)
 
         return number
+    key = field.target_field if kind is models.ForeignKey else field
+    if type(key) is models.UUIDField:  # a UUID key, or a foreign key to one
+
+        def identifier(row: models.Model, db: Any) -> Any:
+            value = getattr(row, attname)
+            if type(value) is uuid.UUID:  # UUIDField.get_db_prep_value's end
+                return value if db.features.has_native_uuid_field else value.hex
+            return prepared(row, db)
+
+        return identifier
+    if kind is models.ForeignKey and type(key) in _INT_KEYS:
+
+        def reference(row: models.Model, db: Any) -> Any:
+            value = getattr(row, attname)
+            if type(value) is int:  # AutoField.get_db_prep_value's end
+                return db.ops.validate_autopk_value(value)
+            return prepared(row, db)
+
+        return reference
+    if kind is models.DateTimeField:
+
+        def moment(row: models.Model, db: Any) -> Any:
+            value = field.pre_save(row, True)  # auto_now_add: now, set on the row too
+            if type(value) is datetime and value.tzinfo is not None:
+                return db.ops.adapt_datetimefield_value(value)  # get_prep_value keeps it
+            return field.get_db_prep_save(value, db)
+
+        return moment
     if kind is models.BooleanField:
 
         def boolean(row: models.Model, db: Any) -> Any:
