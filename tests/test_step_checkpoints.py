@@ -97,6 +97,22 @@ def test_a_late_beat_for_a_drive_that_ended_cannot_stop_the_runs_next_drive(run,
     assert "Lost the lease" not in caplog.text
 
 
+def test_a_stop_for_a_lost_drive_reaches_only_that_drive_s_tools(run):
+    """Two drives of one run in this process, the first not yet ended when the run was
+    taken again: the first's beat finds its lease gone and stops its own tools, none of
+    the second's."""
+    first = lease_claim(run_id=run.pk, worker="keeper@host:1")
+    stopped: list[str] = []
+    with Heartbeat(first) as stale:
+        lease_release(first)
+        second = lease_claim(run_id=run.pk, worker="keeper@host:1")
+        with Heartbeat(second) as beat, tool_in_flight(stop=lambda: stopped.append("stopped")):
+            KEEPER._renewed_at = 0.0
+            KEEPER.beat([stale, beat])
+            assert stale.lost and not beat.lost
+            assert stopped == []
+
+
 def test_a_release_forgets_the_receipt(run):
     from runs.leases import run_received
 
