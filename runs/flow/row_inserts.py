@@ -196,7 +196,7 @@ def _preparer(field: Any) -> Prepare:
 
         def moment(row: models.Model, db: Any) -> Any:
             value = field.pre_save(row, True)  # auto_now_add: now, set on the row too
-            if type(value) is datetime and value.tzinfo is not None:
+            if type(value) is datetime and value.utcoffset() is not None:  # aware
                 return db.ops.adapt_datetimefield_value(value)  # get_prep_value keeps it
             return field.get_db_prep_save(value, db)
 
