@@ -239,9 +239,9 @@ class Heartbeat:
     named by the run and the lease's token.
 
     Once its drive has left, a heartbeat ignores what the keeper tells it: the keeper may
-    act on a snapshot of the beats taken before the drive ended (the drive's own release
-    then reads as a moved token), and the run may already be driven again here, under a
-    new lease whose tools are not this one's to stop.
+    act on a snapshot of the beats taken before the drive ended, and the run may already
+    be driven again here, under a new lease (its claim moved the token, which the late
+    beat reads as "another worker holds the run") whose tools are not this one's to stop.
     """
 
     def __init__(self, lease: Lease) -> None:

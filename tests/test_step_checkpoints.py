@@ -79,8 +79,8 @@ def test_the_keeper_never_sets_a_lease_a_wait_or_a_release_cleared(run):
 
 def test_a_late_beat_for_a_drive_that_ended_cannot_stop_the_runs_next_drive(run, caplog):
     """The keeper took its snapshot of the beats while the run's first drive held it; the
-    drive then waited (its release moved the token) and the run is driven again in this
-    process. The late beat reads a moved token: it must neither stop the new drive's tool
+    drive then waited, and the run is driven again in this process (the new claim moved
+    the token). The late beat reads a moved token: it must neither stop the new drive's tool
     (on the old code the revision a rejected change asked for was stopped so) nor log a
     lost lease, and the new drive's own beat goes on."""
     first = lease_claim(run_id=run.pk, worker="keeper@host:1")

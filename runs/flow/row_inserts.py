@@ -10,9 +10,8 @@ JSON and UUID conversion included; only the commonest values skip the layers of 
 methods that make nothing of them: a ``str`` of a text field, an ``int`` of a number field
 and a ``bool`` go in as they are; a key's ``UUID`` or ``int``, and an aware ``datetime``, go
 straight to the backend's own adaptation of them (each what those methods end in). That
-was most of the preparing. An
-auto-incremented key comes back by ``RETURNING`` (SQLite 3.35+ and PostgreSQL, in the
-order of the rows, which ``bulk_create`` relies on too).
+was most of the preparing. An auto-incremented key comes back by ``RETURNING`` (SQLite
+3.35+ and PostgreSQL, in the order of the rows, which ``bulk_create`` relies on too).
 
 On PostgreSQL a checkpoint is one statement (``checkpoint_statement``): there the rows of a
 table are inserted by :func:`insert_joined`, a part of that statement.

@@ -81,12 +81,10 @@ def tool_scope(scope: Any) -> Iterator[None]:
     """The tool calls made in this context (this thread) belong to ``scope`` until it
     closes. The heartbeat names one drive of a run by ``(run id, lease token)``: a stop
     meant for a drive that ended (a keeper's late beat) cannot reach the run's next drive.
-    A stop left over from an earlier opening of the scope is forgotten."""
+    A stop is kept only while its scope is open: it goes when the scope closes."""
     token = _SCOPE.set(scope)
     with _LOCK:
         _SCOPES[scope] = _SCOPES.get(scope, 0) + 1
-        if _SCOPES[scope] == 1:
-            _STOPPING.pop(scope, None)
     try:
         yield
     finally:
