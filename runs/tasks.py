@@ -24,7 +24,7 @@ from django.conf import settings
 from approvals.tasks import reminders_send
 from harness_console.logging import run_log_context, run_log_enter, run_log_exit
 
-from . import flow, leases
+from . import flow, sweeps
 from .approval_outcomes import approvals_expire_due
 from .lifecycle import run_dispatch
 from .model_clients import sdk_preload
@@ -56,7 +56,7 @@ def run_execute(run_id: str) -> None:
 @shared_task(ignore_result=True)
 def runs_sweep() -> int:
     """Re-dispatch active runs nobody holds (a killed worker, a lost message)."""
-    found = leases.runs_to_sweep()
+    found = sweeps.runs_to_sweep()
     for run_id in found:
         logger.info("Sweeper re-dispatches run %s", run_id)
         run_dispatch(run_id=run_id)

@@ -22,9 +22,9 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from runs import flow
-from runs.leases import runs_to_sweep
 from runs.models import Message, ModelCall, Run, ToolCall
 from runs.services import run_create
+from runs.sweeps import runs_to_sweep
 from tests.conftest import SEEDED
 from tests.fake_anthropic import Answer, message
 from tests.helpers import WORKER, direct_connection_params, drive

@@ -123,8 +123,8 @@ def test_a_release_forgets_the_receipt(run):
 
 
 def test_the_sweeper_does_not_answer_a_backlog_with_more_messages(run):
-    from runs.leases import runs_to_sweep
     from runs.lifecycle import run_dispatch
+    from runs.sweeps import runs_to_sweep
 
     lease_claim(run_id=run.pk, worker="gone@host:1")
     Run.objects.filter(pk=run.pk).update(
@@ -140,7 +140,8 @@ def test_the_sweeper_does_not_answer_a_backlog_with_more_messages(run):
 
 
 def test_a_live_worker_that_never_claims_what_it_received_loses_it_after_ten_leases(run):
-    from runs.leases import run_received, runs_to_sweep, workers_seen
+    from runs.leases import run_received, workers_seen
+    from runs.sweeps import runs_to_sweep
 
     old = timezone.now() - datetime.timedelta(seconds=lease_seconds() * 11)
     run_received(run.pk, "stuck@host")

@@ -21,16 +21,15 @@ from runs.leases import (
     lease_claim,
     lease_seconds,
     node_of,
-    run_queue_depth,
     run_received,
     run_received_signal,
-    runs_to_sweep,
     workers_alive,
     workers_seen,
 )
 from runs.lifecycle import run_dispatch
 from runs.models import Run
 from runs.services import run_create
+from runs.sweeps import run_queue_depth, runs_to_sweep
 from tests.conftest import SEEDED
 from tests.helpers import FIX
 from tests.stack import wait_until
