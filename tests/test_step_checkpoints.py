@@ -113,6 +113,38 @@ def test_a_stop_for_a_lost_drive_reaches_only_that_drive_s_tools(run):
             assert stopped == []
 
 
+def test_a_drive_whose_run_waits_is_not_told_it_lost_it_when_the_run_is_taken_again(
+    run, docs, monkeypatch, caplog
+):
+    """The drive commits the run's wait for a person, and before it has left, the person
+    decides and another worker claims the run (its token moves), and the keeper beats. The
+    drive let the run go itself: nothing is lost, and no lost lease is logged (the keeper
+    said "Lost the lease ... 0 tool call(s) stopped" of a drive that had done its part)."""
+    from runs.core import status as run_status
+    from runs.flow import driver as flow_driver
+    from runs.lifecycle import run_transition
+
+    between_steps = flow_driver.connection_return
+    taken = []
+
+    def taken_meanwhile(**kwargs):
+        between_steps(**kwargs)
+        status = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+        if status == run_status.WAITING_FOR_APPROVAL and not taken:
+            run_transition(run_id=run.pk, to=run_status.RUNNING)  # the person approved
+            taken.append(lease_claim(run_id=run.pk, worker="other@host:2"))
+            KEEPER._renewed_at = 0.0
+            KEEPER.beat(list(KEEPER._beats))
+
+    monkeypatch.setattr(flow_driver, "connection_return", taken_meanwhile)
+    drive(run)
+    assert taken and taken[0] is not None, "the run never waited for a person"
+    assert "Lost the lease" not in caplog.text
+    row = Run.objects.get(pk=run.pk)
+    assert row.lease_owner == "other@host:2" and row.lease_token == taken[0].token
+    lease_release(taken[0])
+
+
 def test_a_release_forgets_the_receipt(run):
     from runs.leases import run_received
 

@@ -68,6 +68,8 @@ def run_drive(*, run_id: Any, worker: str) -> None:
             driver = Driver(lease=lease, beat=beat)
             for _ in range(MAX_UNITS_PER_CLAIM):
                 outcome = _advance(driver)
+                if not isinstance(outcome, Next):
+                    beat.release()  # it waits or ended: its own checkpoint let the run go
                 connection_return()  # between steps, the other runs' and the keeper's
                 if not isinstance(outcome, Next):
                     break
