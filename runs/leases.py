@@ -242,12 +242,11 @@ class Heartbeat:
     act on a snapshot of the beats taken before the drive ended, and the run may already
     be driven again here, under a new lease (its claim moved the token, which the late
     beat reads as "another worker holds the run") whose tools are not this one's to stop.
-    So does one whose drive let the run go (``release``) and has not left yet.
+    A drive that let its run go (``release``) counts as left already.
     """
 
     def __init__(self, lease: Lease) -> None:
         self.lease, self.lost, self.cancelled, self.left = lease, False, False, False
-        self.released = False
         self.renewed = time.monotonic()
         self.scope = (lease.run_id, lease.token)
         self._scope = tool_scope(self.scope)
@@ -265,15 +264,15 @@ class Heartbeat:
     def release(self) -> None:
         """The drive let the run go itself: its checkpoint made the run wait for a person or
         end, which cleared the lease. From then on a token that moves is the run's next
-        claim (the person decided, and a worker took it), not a loss: nothing is stopped,
-        and no lost lease is logged."""
-        self.released = True
+        claim (the person decided, and a worker took it), not a loss: the heartbeat counts
+        as left, so nothing is stopped and no lost lease is logged."""
+        self.left = True
 
     def _lost(self, why: str) -> None:
         """The run may be another worker's now: its tools in this process stop at once, so
         nothing this worker started goes on beside the new holder (their effects could
         not land anyway: the fence refuses them)."""
-        if self.lost or self.left or self.released:
+        if self.lost or self.left:
             return
         self.lost = True
         stopped = tool_processes_stop(scope=self.scope, reason=f"this worker lost the run: {why}")

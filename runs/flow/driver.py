@@ -68,10 +68,11 @@ def run_drive(*, run_id: Any, worker: str) -> None:
             driver = Driver(lease=lease, beat=beat)
             for _ in range(MAX_UNITS_PER_CLAIM):
                 outcome = _advance(driver)
-                if not isinstance(outcome, Next):
+                done = not isinstance(outcome, Next)
+                if done:
                     beat.release()  # it waits or ended: its own checkpoint let the run go
                 connection_return()  # between steps, the other runs' and the keeper's
-                if not isinstance(outcome, Next):
+                if done:
                     break
             pending_flush(driver)  # a stage that stopped with writes held: they are the run's
     except LeaseLost as error:
