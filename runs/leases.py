@@ -36,6 +36,7 @@ from django.db.models import Case, DateTimeField, Q, Value, When
 from django.utils import timezone
 
 from .core import status as run_status
+from .lifecycle import RUN_EXECUTE
 from .models import Run
 from .tools.isolation import tool_calls_in_flight, tool_processes_stop, tool_scope
 
@@ -434,7 +435,6 @@ os.register_at_fork(after_in_child=KEEPER.forked)
 
 # --- who received each run's message, and which workers live (runs/sweeps.py reads them) --
 ALIVE_KEY = "harness:worker-alive:{}"
-RUN_EXECUTE = "runs.tasks.run_execute"
 
 
 def node_of(worker: str) -> str:

@@ -14,7 +14,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .core import status as run_status
-from .leases import CLAIMABLE, RUN_EXECUTE, lease_seconds, workers_alive
+from .leases import CLAIMABLE, lease_seconds, workers_alive
+from .lifecycle import RUN_EXECUTE
 from .models import Run
 
 logger = logging.getLogger(__name__)
