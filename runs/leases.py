@@ -146,6 +146,7 @@ def fence_write(
     *,
     status_was: str | None = None,
     extend: bool = True,
+    cursor: Any,
 ) -> tuple[int, bool]:
     """The fence of :func:`fenced` and a checkpoint's own fields of the run, in one
     statement: check the token, extend the lease, write ``fields`` (a value, or
@@ -156,15 +157,14 @@ def fence_write(
     status is no longer that moved without this worker (a cancel of a frozen worker's run),
     and is not written either. Fields that clear the lease (a transition to a wait or an
     end) replace the fence's own extension of it; ``extend=False`` leaves the lease to the
-    keeper (the token is checked all the same).
+    keeper (the token is checked all the same). ``cursor``: the checkpoint's own.
     """
     db = transaction.get_connection()
     statement, params = fence_statement(
         lease, fields, events, status_was=status_was, extend=extend, db=db
     )
-    with db.cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
+    cursor.execute(statement, params)
+    row = cursor.fetchone()
     if row is None:
         raise fence_refused(lease, status_was)
     return int(row[0]), row[1] is not None

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -218,9 +219,9 @@ def test_the_checkpoint_s_inserts_store_what_bulk_create_stores(personas, agent,
         agent=agent, workspace=workspace, requester=personas.operator, request="b", dispatch=False
     )
     mine, django = _rows(ours), _rows(theirs)
-    with transaction.atomic():
+    with transaction.atomic(), connection.cursor() as cursor:
         for row in mine:
-            rows_insert([row])
+            rows_insert([row], cursor)
         for row in django:
             type(row).objects.bulk_create([row])
     _stored_alike(mine, django)
@@ -235,8 +236,8 @@ def test_many_rows_go_in_statements_under_the_parameter_limit(personas, agent, w
         RunEvent(run=run, seq=1000 + i, type="x", payload={"i": i, "id": str(uuid.uuid4())})
         for i in range(1, 701)
     ]
-    with transaction.atomic():
-        rows_insert(rows)
+    with transaction.atomic(), connection.cursor() as cursor:
+        rows_insert(rows, cursor)
     stored = RunEvent.objects.filter(run=run, type="x").order_by("seq")
     assert list(stored.values_list("payload__i")) == [(i,) for i in range(1, 701)]
     assert all(row.pk is not None for row in rows)
@@ -260,12 +261,15 @@ def test_each_field_s_value_goes_in_as_django_prepares_it(model, monkeypatch):
     from django.utils import timezone
     from django.utils.functional import lazy
 
-    from runs.flow.row_inserts import _preparer
+    from runs.flow.row_inserts import Moment, _preparer
 
     class Level(enum.IntEnum):
         HIGH = 3
 
-    class Moment(dt.datetime):
+    class Later(dt.datetime):
+        pass
+
+    class Documents(dict):  # not exactly a dict: Django's own path
         pass
 
     now = dt.datetime(2026, 12, 7, 10, 30, 15, 123456, tzinfo=dt.UTC)
@@ -276,7 +280,8 @@ def test_each_field_s_value_goes_in_as_django_prepares_it(model, monkeypatch):
     values += [Decimal("5"), lazy_text, F("id")]
     values += [key, key.hex, str(key), str(7)]
     values += [now, now.astimezone(ZoneInfo("Europe/Paris")), now.replace(tzinfo=None)]
-    values += [Moment(2026, 1, 2, tzinfo=dt.UTC), dt.date(2026, 1, 2), "2026-01-02 03:04:05"]
+    values += [Later(2026, 1, 2, tzinfo=dt.UTC), dt.date(2026, 1, 2), "2026-01-02 03:04:05"]
+    values += [{"a": [1, "ü"]}, [], [{"b": None}], Documents(k=1), {1: "x"}, {"a": {1, 2}}]
     db = transaction.get_connection()
     checked: set[str] = set()
     for field in model._meta.concrete_fields:
@@ -293,6 +298,7 @@ def test_each_field_s_value_goes_in_as_django_prepares_it(model, monkeypatch):
             "UUIDField",
             "ForeignKey",
             "DateTimeField",
+            "JSONField",
         }:
             continue
         prepare = _preparer(field)
@@ -305,12 +311,59 @@ def test_each_field_s_value_goes_in_as_django_prepares_it(model, monkeypatch):
                     want = field.get_db_prep_save(field.pre_save(row, True), db)
                 except (TypeError, ValueError, ValidationError) as refused:
                     with pytest.raises(type(refused)):
-                        prepare(row, db)
+                        prepare(row, db, Moment())
                     continue
-                got = prepare(row, db)
-            assert (type(got), got) == (type(want), want) or (got is want), (field, value)
+                got = prepare(row, db, Moment())
+            if hasattr(want, "obj"):  # PostgreSQL's Jsonb: the document, and how it is sent
+                assert (type(got), got.obj) == (type(want), want.obj), (field, value)
+                assert _sent(got) == _sent(want), (field, value)
+            else:
+                assert (type(got), got) == (type(want), want) or (got is want), (field, value)
             checked.add(field.get_internal_type())
     assert checked >= {"CharField", "ForeignKey", "DateTimeField"}
+    if any(f.get_internal_type() == "JSONField" for f in model._meta.concrete_fields):
+        assert "JSONField" in checked
+
+
+def _sent(document: Any) -> Any:
+    """A Jsonb's text as psycopg sends it, or the error it raises then."""
+    try:
+        return document.dumps(document.obj)
+    except (TypeError, ValueError) as error:
+        return type(error)
+
+
+def test_the_rows_of_one_checkpoint_are_stamped_with_one_time(personas, agent, workspace, api):
+    """Every auto_now_add field of one checkpoint's rows, whatever their table, holds the
+    one time the checkpoint took (they commit in one transaction), set on the rows too; a
+    time the row was given (a tool call's start) is its own; the next checkpoint takes
+    its own time."""
+    run = asked(personas, agent, workspace)
+    lease = lease_claim(run_id=run.pk, worker="test-worker:1")
+    assert lease is not None
+    driver = Driver(lease=lease, beat=Heartbeat(lease))
+    first = _rows(run)[:4]  # a model call, two messages, a tool call
+    call = first[3]
+    call.started_at = started = timezone.now() - timedelta(seconds=5)
+    driver.pending.rows.extend(first)
+    defer_event(driver, "x", {"n": 1})
+    defer_event(driver, "x", {"n": 2})
+    with checkpoint(driver):
+        pass
+    events = list(RunEvent.objects.filter(run=run, type="x"))
+    stamps = {row.created_at for row in first[:3]} | {event.created_at for event in events}
+    assert len(events) == 2 and len(stamps) == 1 and None not in stamps
+    (moment,) = stamps
+    stored = {ModelCall.objects.get(pk=first[0].pk).created_at}
+    pks = [row.pk for row in first[1:3]]
+    stored |= set(Message.objects.filter(pk__in=pks).values_list("created_at", flat=True))
+    assert stored == {moment}
+    assert ToolCall.objects.get(pk=call.pk).started_at == started < moment
+    defer_event(driver, "y", {})
+    with checkpoint(driver):
+        pass
+    assert RunEvent.objects.get(run=run, type="y").created_at > moment
+    lease_release(lease)
 
 
 def test_a_step_extends_the_lease_only_when_the_keeper_is_late(personas, agent, workspace, api):

@@ -35,7 +35,7 @@ from django.db import connection, transaction
 from ..leases import Lease, fence_refused, fence_statement
 from ..models import RunEvent
 from .driver_state import Pending
-from .row_inserts import insert_joined, rows_inserted
+from .row_inserts import Moment, insert_joined, rows_inserted
 
 # A bound on the statement's size: Django's cursor binds the values client-side (in the
 # text), and with server-side binding PostgreSQL takes at most 65535 parameters. A larger
@@ -124,8 +124,10 @@ def checkpoint_statement(
     ]
     numbered = {"seq": f"f.event_seq - {len(events)} + v.seq"}
     written = [same for same in [*tables.values(), events] if same]
+    moment = Moment()
     for same in written:
-        insert, values, auto = insert_joined(same, "f", db, numbered if same is events else None)
+        computed = numbered if same is events else None
+        insert, values, auto = insert_joined(same, "f", db, computed, moment)
         name = f"i{len(parts)}"
         parts.append(f"{name} AS ({insert})")
         params += values

@@ -33,7 +33,7 @@ from .checkpoint_statement import checkpoint_statement, statement_fits
 from .config import run_config
 from .driver_state import Driver, Pending
 from .outcomes import Ended, Lost
-from .row_inserts import rows_insert
+from .row_inserts import Moment, rows_insert
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +52,21 @@ def checkpoint(driver: Driver) -> Iterator[None]:
     model turn's usage and cost are never lost with it). Events are published on commit in
     their numbers' order.
     """
-    with _taken(driver) as pending, transaction.atomic():
-        events = _fence_and_fields(driver, pending)
+    with (
+        _taken(driver) as pending,
+        transaction.atomic(),
+        transaction.get_connection().cursor() as cursor,  # the fence's and the inserts'
+    ):
+        events = _fence_and_fields(driver, pending, cursor)
         rows, after = list(pending.rows), list(pending.after)
         _publish_on_commit(events)  # before any the caller appends: lower numbers
         yield
         if driver.pending:
             later, driver.pending = driver.pending, Pending()
-            more = _fence_and_fields(driver, later)
+            more = _fence_and_fields(driver, later, cursor)
             _publish_on_commit(more)
             events, rows, after = events + more, rows + later.rows, after + later.after
-        _rows_insert(rows, events)
+        _rows_insert(rows, events, cursor)
         for then in after:  # a run that ended: its rollup reads the rows just written
             then()
 
@@ -192,7 +196,7 @@ def defer_step(
     return step
 
 
-def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
+def _fence_and_fields(driver: Driver, pending: Pending, cursor: Any) -> list[RunEvent]:
     """The fence, the run's fields and the events' numbers in one statement; the events
     to insert, numbered. The lease is extended here only when the keeper is late with it
     (a third of a lease since either renewed it): at every step it rewrote the run's row
@@ -205,6 +209,7 @@ def _fence_and_fields(driver: Driver, pending: Pending) -> list[RunEvent]:
         len(pending.events),
         status_was=pending.status_was,
         extend=due is not None,
+        cursor=cursor,
     )
     if due is not None:
         transaction.on_commit(partial(_renewed, driver, due))
@@ -228,14 +233,15 @@ def _renewed(driver: Driver, at: float | None) -> None:
         driver.beat.renewed = max(driver.beat.renewed, at)
 
 
-def _rows_insert(rows: list[Any], events: list[RunEvent]) -> None:
-    """One insert per table, each table's rows in their order."""
+def _rows_insert(rows: list[Any], events: list[RunEvent], cursor: Any) -> None:
+    """One insert per table, each table's rows in their order, all as of one moment."""
     by_model: dict[type, list[Any]] = {}
     for row in rows:
         by_model.setdefault(type(row), []).append(row)
+    moment = Moment()
     for same in by_model.values():
-        rows_insert(same)
-    rows_insert(events)
+        rows_insert(same, cursor, moment)
+    rows_insert(events, cursor, moment)
 
 
 def _publish_on_commit(events: list[RunEvent]) -> None:
