@@ -178,6 +178,22 @@ def test_whether_a_result_is_cut_does_not_depend_on_how_long_the_tool_took():
     assert full is not None and shown["elapsed_ms"] == 5 and "elapsed_ms" not in full
 
 
+def test_every_tool_s_record_says_how_long_it_took_and_the_model_never_hears_it(secrets):
+    """A child's tool and the console's own half (searchDocs) alike: the harness's
+    measure of the call is kept with its record, and left out of what the model reads."""
+    from runs.tools.record import tool_output
+
+    for tool, arguments in (
+        ("searchDocs", {"query": "api key"}),
+        ("readSource", {"path": "docs/a.md"}),
+    ):
+        record = call(secrets, tool, OPEN, **arguments)
+        record.refresh_from_db()
+        assert record.status == "ok", record.output
+        assert isinstance(record.output["elapsed_ms"], int) and record.output["elapsed_ms"] >= 0
+        assert "elapsed_ms" not in str(tool_output(record))
+
+
 def test_a_nul_in_a_tool_output_is_stored_without_failing(workspace):
     (workspace.root_path / "nul.md").write_bytes(b"before\x00after")
     record = call(workspace, "readSource", OPEN, path="nul.md")

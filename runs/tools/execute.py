@@ -54,10 +54,15 @@ def execute(
     grants: Sequence[Grant],
     context: dict[str, Any],
 ) -> tuple[dict[str, Any], int]:
-    """(the tool's reply, how many attempts it took)."""
+    """(the tool's reply, how many attempts it took). Every reply carries how long the tool
+    took (``elapsed_ms``, the harness's measure, never shown to the model), whichever
+    process ran it: ``run_isolated`` times a child's, this the console's own half."""
     if tool in IN_PROCESS:
         timeout = float(definition.timeout_sec)
-        return IN_PROCESS[tool](workspace, arguments, policy, grants, timeout=timeout), 1
+        started = time.monotonic()
+        reply = IN_PROCESS[tool](workspace, arguments, policy, grants, timeout=timeout)
+        reply.setdefault("elapsed_ms", round((time.monotonic() - started) * 1000))
+        return reply, 1
     return _isolated(definition, workspace, str(drafts), arguments, context)
 
 
