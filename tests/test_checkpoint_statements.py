@@ -333,6 +333,22 @@ def _sent(document: Any) -> Any:
         return type(error)
 
 
+def test_whether_a_field_takes_the_insert_s_time_is_read_at_each_insert(
+    personas, agent, workspace, api, monkeypatch
+):
+    """As Django's pre_save reads auto_now_add at each save: one that is turned off for a
+    while (a test backdating events, say) inserts the time the row was given, though the
+    table's inserts were prepared while it was on."""
+    run = asked(personas, agent, workspace)
+    given = timezone.now() - timedelta(days=3)
+    with transaction.atomic(), connection.cursor() as cursor:
+        rows_insert([RunEvent(run=run, seq=2000, type="x", payload={})], cursor)
+        monkeypatch.setattr(RunEvent._meta.get_field("created_at"), "auto_now_add", False)
+        rows_insert([RunEvent(run=run, seq=2001, type="x", payload={}, created_at=given)], cursor)
+    assert RunEvent.objects.get(run=run, seq=2001).created_at == given
+    assert RunEvent.objects.get(run=run, seq=2000).created_at > given
+
+
 def test_the_rows_of_one_checkpoint_are_stamped_with_one_time(personas, agent, workspace, api):
     """Every auto_now_add field of one checkpoint's rows, whatever their table, holds the
     one time the checkpoint took (they commit in one transaction), set on the rows too; a

@@ -227,17 +227,13 @@ def _preparer(field: Any) -> Prepare:
             return prepared(row, db, moment)
 
         return reference
-    if kind is models.DateTimeField and (field.auto_now or field.auto_now_add):
-
-        def stamped(row: models.Model, db: Any, moment: Moment) -> Any:
-            value, adapted = moment.of(field, db)  # pre_save's now, set on the row too
-            setattr(row, attname, value)
-            return adapted
-
-        return stamped
     if kind is models.DateTimeField:
 
         def instant(row: models.Model, db: Any, moment: Moment) -> Any:
+            if field.auto_now or field.auto_now_add:  # read at each insert, as pre_save does
+                value, adapted = moment.of(field, db)  # pre_save's now, set on the row too
+                setattr(row, attname, value)
+                return adapted
             value = getattr(row, attname)
             if type(value) is datetime and value.utcoffset() is not None:  # aware
                 return db.ops.adapt_datetimefield_value(value)  # get_prep_value keeps it
