@@ -61,8 +61,8 @@ def execute(
         timeout = float(definition.timeout_sec)
         started = time.monotonic()
         reply = IN_PROCESS[tool](workspace, arguments, policy, grants, timeout=timeout)
-        reply.setdefault("elapsed_ms", round((time.monotonic() - started) * 1000))
-        return reply, 1
+        elapsed = round((time.monotonic() - started) * 1000)
+        return {**reply, "elapsed_ms": elapsed}, 1  # the whole call's, a scan's failure too
     return _isolated(definition, workspace, str(drafts), arguments, context)
 
 
