@@ -306,8 +306,10 @@ class ToolCall(EvalAware):
         db_index=False,
     )
     workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="tool_calls")
+    # Set only on a person's own calls (manage.py call_tool), never on a run's: indexed
+    # (below) only where set.
     requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, db_index=False
     )
     # The model's tool_use id (or the harness's own, such as commit:<path>): one call per id.
     tool_use_id = models.CharField(max_length=200, blank=True)
@@ -336,6 +338,7 @@ class ToolCall(EvalAware):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,  # indexed (below) only where set: a person approved the call
     )
     # When the call began: set as the record is made, before any check or effect (a call
     # that changes nothing is inserted only with its result)
@@ -350,6 +353,20 @@ class ToolCall(EvalAware):
             models.Index(fields=["run", "tool"], name="tool_call_run_tool_idx"),
             # The operations dashboard's recent refusals (runs.refusals).
             models.Index(fields=["status", "-started_at"], name="tool_call_status_idx"),
+            # The people's keys, for the SET NULL of a deleted user, only where there is
+            # one: most calls are a run's own, asked by no one and approved by no one, and
+            # an index they are not in costs their insert nothing (a step writes a page
+            # less per index; bench/loop.py).
+            models.Index(
+                fields=["requested_by"],
+                condition=models.Q(requested_by__isnull=False),
+                name="tool_call_requested_by_idx",
+            ),
+            models.Index(
+                fields=["approved_by"],
+                condition=models.Q(approved_by__isnull=False),
+                name="tool_call_approved_by_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
