@@ -306,8 +306,8 @@ class ToolCall(EvalAware):
         db_index=False,
     )
     workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="tool_calls")
-    # Set only on a person's own calls (manage.py call_tool), never on a run's: indexed
-    # (below) only where set.
+    # Set only when a caller of the tool door names the person asking (its ``user``);
+    # a run's calls never do, nor does manage.py call_tool: indexed (below) only where set.
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, db_index=False
     )

@@ -1,9 +1,11 @@
 """A tool call's ``requested_by`` and ``approved_by`` are indexed only where they are set.
 
-A run's own calls (nearly all of them) are asked by no one and approved by no one, yet each
-wrote an entry, and a page, into both indexes at every loop step. The indexes serve one
-lookup: the SET NULL when a user is deleted (``WHERE requested_by_id IN (...)``), which a
-partial index on ``IS NOT NULL`` answers as well, on SQLite and PostgreSQL alike.
+``requested_by`` is set only when a caller of the tool door names the person asking (no
+run does, nor ``manage.py call_tool``), ``approved_by`` only on a call a person approved. A
+run's own calls (nearly all of them) have neither, yet each wrote an entry, and a page,
+into both indexes at every loop step. The indexes serve one lookup: the SET NULL when a
+user is deleted (``WHERE requested_by_id IN (...)``), which a partial index on
+``IS NOT NULL`` answers as well, on SQLite and PostgreSQL alike.
 
 The full indexes are dropped by name (the names Django gave them, the same on both
 databases): altering the fields would rebuild the table on SQLite, copying every row.
