@@ -1,6 +1,7 @@
 """PostgreSQL connections stay bounded under daphne (issue 16, section 4), and the pool
 hands out only connections that work, with a round trip only where one can have failed
-(harness_console/db_pool.py; issue 17).
+(harness_console/db_pool.py; issue 17), the one given back last first
+(harness_console/postgresql/base.py).
 
 A real daphne on the test database, with a pool of POOL connections, serves many concurrent
 API clients: every request succeeds, and PostgreSQL never sees more than the pool's maximum
@@ -26,6 +27,7 @@ from rest_framework.authtoken.models import Token
 
 from harness_console import db_pool
 from harness_console.management.commands.serve import commands
+from harness_console.postgresql.base import LastInFirstOutPool
 from runs.connections import connection_return
 from tests.conftest import SEEDED
 from tests.helpers import direct_connection_params, driven
@@ -199,3 +201,49 @@ def test_a_connection_whose_session_the_server_ended_is_checked_and_never_handed
     finally:
         connection.close()
         connection.close_pool()  # the next test's pool is whole
+
+
+@pytest.fixture
+def idle_pool():
+    """This process's pool with three connections idle, and whole again after the test."""
+    pool = connection.pool
+    connection.close()
+    pool.open()
+    held = [pool.getconn() for _ in range(3)]
+    for raw in held:
+        pool.putconn(raw)
+    try:
+        yield pool
+    finally:
+        connection.close()
+        connection.close_pool()
+
+
+def test_the_pool_hands_out_the_connection_given_back_last(idle_pool):
+    """Last in, first out: a thread that gives its connection back and takes one again
+    gets the same one, its server process warm, however many others are idle; the others
+    keep their order, the longest idle last to be taken (and first to be closed)."""
+    assert isinstance(idle_pool, LastInFirstOutPool)
+    assert settings.DATABASES["default"]["ENGINE"] == "harness_console.postgresql"
+    first, second, third = (idle_pool.getconn() for _ in range(3))
+    for raw in (second, first, third):
+        idle_pool.putconn(raw)
+    assert idle_pool.getconn() is third
+    idle_pool.putconn(third)
+    assert idle_pool.getconn() is third
+    assert idle_pool.getconn() is first
+    assert idle_pool.getconn() is second
+    for raw in (first, second, third):
+        idle_pool.putconn(raw)
+
+
+def test_a_run_s_thread_gets_its_own_server_process_back_between_steps(idle_pool):
+    """A run's thread gives its connection back between steps and before each tool
+    (runs.connections) and takes one again at once: the same server process every time."""
+    connection.ensure_connection()
+    pid = _backend(connection.connection)
+    for _ in range(5):
+        connection_return()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            assert cursor.fetchone()[0] == pid

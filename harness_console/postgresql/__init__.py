@@ -1,0 +1,2 @@
+"""Django's PostgreSQL backend with the console's pool (``base``): DATABASES' ENGINE in the
+production configuration."""
