@@ -611,6 +611,31 @@ def test_one_statement_refuses_a_value_its_column_refuses(personas, agent, works
     lease_release(driver.lease)
 
 
+def test_a_connection_s_checkpoints_share_its_cursor_and_a_closed_one_is_made_again(
+    personas, agent, workspace, api
+):
+    """The statement's raw cursor is the connection's, kept from one checkpoint to the next
+    (psycopg's adaptation caches are the cursor's); one closed meanwhile is made again."""
+    _postgresql_only()
+    from django.db import connection
+
+    from runs.flow.checkpoints import defer_row, pending_flush
+
+    run, driver = _claimed(personas, agent, workspace)
+    kept = []
+    for turn in (1, 2, 3):
+        defer_row(driver, ModelCall(run=run, turn=turn, model="m", text="t"))
+        defer_event(driver, "kept", {"turn": turn})
+        pending_flush(driver)
+        kept.append(connection.connection._harness_checkpoint_cursor)
+        if turn == 2:
+            kept[-1].close()
+    assert kept[0] is kept[1] and kept[2] is not kept[1] and not kept[2].closed
+    assert ModelCall.objects.filter(run=run).count() == 3
+    assert RunEvent.objects.filter(run=run, type="kept").count() == 3
+    lease_release(driver.lease)
+
+
 def test_a_checkpoint_too_big_for_one_statement_is_a_transaction(
     personas, agent, workspace, api, monkeypatch
 ):

@@ -55,10 +55,24 @@ def _prepared_cursor(db: Any) -> Iterator[Any]:
     db.ensure_connection()
     db.validate_thread_sharing()
     with db.wrap_database_errors:
-        raw = _prepared_class()(db.connection)
+        raw = _kept_cursor(db.connection)
         cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
-    with cursor:
-        yield cursor
+    yield cursor  # not closed: the connection's next checkpoint takes it again
+
+
+def _kept_cursor(connection: Any) -> Any:
+    """The connection's own raw cursor for its checkpoints, made on its first: a new one
+    each step made psycopg look up again how to send each of the statement's values and
+    read each of its columns (its caches are the cursor's). A connection serves one
+    thread at a time, and the cursor dies with it."""
+    cursor = getattr(connection, _KEPT, None)
+    if cursor is None or cursor.closed:
+        cursor = _prepared_class()(connection)
+        setattr(connection, _KEPT, cursor)
+    return cursor
+
+
+_KEPT = "_harness_checkpoint_cursor"
 
 
 @cache
