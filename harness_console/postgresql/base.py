@@ -6,10 +6,10 @@ back between steps and before each tool (``runs.connections``), got a different 
 time, and each of the pool's server processes in turn, its caches cold since its last turn.
 A loop step's checkpoint statement took 0.06–0.14 ms longer that way than on the server
 process that had just served the same thread (bench/loop.py's 50-step searchDocs runs,
-driven in one process, the two orders alternately). Handed out last-in first-out, as PgBouncer hands out its
-server connections by default, the busy connections stay few and warm, the fresh one is
-handed out without the pool check's round trip (``harness_console/db_pool.py``), and those
-above what the load needs stay idle, so the pool's ``max_idle`` closes them.
+driven in one process, the two orders alternately). Handed out last-in first-out, as
+PgBouncer hands out its server connections by default, the busy connections stay few and
+warm, and the one handed out was most often in use a moment ago, so the pool's check
+passes it without a round trip (``harness_console/db_pool.py``).
 
 Everything else is Django's: its own ``pool`` property makes the pool (from the settings'
 OPTIONS, not yet open), and this backend only gives it the handing-out order.
