@@ -211,8 +211,7 @@ else:
     # it was handed out a moment ago and nothing came on its socket since: db_pool.py), so
     # the connections a PostgreSQL restart or failover cut are replaced, not handed to a run.
     _default = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
-    if _default["ENGINE"] == "django.db.backends.postgresql":
-        # Django's, with the pool handing out the connection given back last (its module).
+    if _default["ENGINE"] == "django.db.backends.postgresql":  # Django's, its pool LIFO
         _default["ENGINE"] = "harness_console.postgresql"
     # Connections stay bounded: persistent ones (CONN_MAX_AGE) are per thread, and piled up
     # under daphne's threads until PostgreSQL refused clients (NOTES.md). Each process keeps

@@ -94,7 +94,7 @@ def test_with_both_urls_set_it_is_production(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     engine, broker, layer, debug, aliases, _ = result.stdout.split(" ", 5)
-    assert engine == "django.db.backends.postgresql"
+    assert engine == "harness_console.postgresql"  # Django's, its pool last-in first-out
     assert broker == "redis://127.0.0.1:6379/0"
     assert layer == "channels_redis.core.RedisChannelLayer"
     assert debug == "False"
