@@ -212,6 +212,12 @@ def idle_pool():
     held = [pool.getconn() for _ in range(3)]
     for raw in held:
         pool.putconn(raw)
+
+    def settled() -> bool:  # no connection still being opened: none lands after the test's
+        stats = pool.get_stats()
+        return bool(stats["pool_available"] == stats["pool_size"] >= 3)
+
+    wait_until(settled, timeout=10, what="the pool to stop growing")
     try:
         yield pool
     finally:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg_pool import ConnectionPool
+import pytest
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from harness_console.postgresql.base import DatabaseWrapper, LastInFirstOutPool
 
@@ -44,6 +45,10 @@ def test_django_s_pool_is_made_with_the_last_in_first_out_order_and_left_closed(
         # Idle connections queue the longest idle first: the one given back last goes out
         # first, and the others keep their order.
         pool._pool.extend(["longest idle", "idle", "given back last"])
+        # A wait whose time ran out (after failed checks) takes none and moves none.
+        with pytest.raises(PoolTimeout):
+            pool._get_ready_connection(0.0)
+        assert list(pool._pool) == ["longest idle", "idle", "given back last"]
         taken = [pool._get_ready_connection(None) for _ in range(3)]
         assert taken == ["given back last", "idle", "longest idle"]
         assert pool._get_ready_connection(None) is None  # none idle: the caller waits

@@ -27,12 +27,18 @@ class LastInFirstOutPool(ConnectionPool):
     """psycopg's pool, taking the connection given back last: its idle connections are a
     deque, the longest idle first, which its own ``_get_ready_connection`` takes from
     (under the pool's lock). The last one given back is moved to the front first; the
-    rest keep their order, so the pool's shrinking still closes the longest idle."""
+    rest keep their order, so the pool's shrinking still closes the longest idle. A call
+    that takes none (a wait whose time ran out, after failed checks) puts it back."""
 
     def _get_ready_connection(self, timeout: float | None) -> Any:
-        if self._pool:
-            self._pool.rotate(1)
-        return super()._get_ready_connection(timeout)
+        if not self._pool:
+            return super()._get_ready_connection(timeout)
+        self._pool.rotate(1)
+        try:
+            return super()._get_ready_connection(timeout)
+        except BaseException:
+            self._pool.rotate(-1)
+            raise
 
 
 if not callable(getattr(ConnectionPool, "_get_ready_connection", None)):

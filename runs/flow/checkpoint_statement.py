@@ -64,7 +64,9 @@ def _kept_cursor(connection: Any) -> Any:
     """The connection's own raw cursor for its checkpoints, made on its first: a new one
     each step made psycopg look up again how to send each of the statement's values and
     read each of its columns (its caches are the cursor's). A connection serves one
-    thread at a time, and the cursor dies with it."""
+    thread at a time, and the cursor dies with it. Until its next checkpoint it holds
+    the last one's values and result (bounded by ``MAX_PARAMETERS``); the two refer to
+    each other, so a connection the pool drops unclosed is freed by the cycle collector."""
     cursor = getattr(connection, _KEPT, None)
     if cursor is None or cursor.closed:
         cursor = _prepared_class()(connection)
