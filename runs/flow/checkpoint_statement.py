@@ -25,8 +25,6 @@ on SQLite, where the statements cost no round trip.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache, lru_cache
 from typing import Any
 
@@ -43,8 +41,7 @@ from .row_inserts import Moment, insert_joined, rows_inserted
 MAX_PARAMETERS = 65535
 
 
-@contextmanager
-def _prepared_cursor(db: Any) -> Iterator[Any]:
+def _prepared_cursor(db: Any) -> Any:
     """A Django cursor (its errors, logging and ``execute_wrapper`` as any other's) whose
     statements psycopg prepares, once per connection: a step's checkpoint is the same
     statement every step, its values aside, and PostgreSQL took as long to plan it as to
@@ -57,7 +54,7 @@ def _prepared_cursor(db: Any) -> Iterator[Any]:
     with db.wrap_database_errors:
         raw = _kept_cursor(db.connection)
         cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
-    yield cursor  # not closed: the connection's next checkpoint takes it again
+    return cursor  # not closed: the connection's next checkpoint takes it again
 
 
 def _kept_cursor(connection: Any) -> Any:
@@ -154,9 +151,9 @@ def checkpoint_statement(
         return None
     columns = ", ".join(["f.event_seq", "f.cancel_requested_at", *(a for _, a in keyed)])
     statement = f"WITH {', '.join(parts)} SELECT {columns} FROM f"  # noqa: S608 - built above
-    with _prepared_cursor(db) as cursor:
-        cursor.execute(_numbered(statement), params)
-        row = cursor.fetchone()
+    cursor = _prepared_cursor(db)
+    cursor.execute(_numbered(statement), params)
+    row = cursor.fetchone()
     if row is None:
         raise fence_refused(lease, pending.status_was)
     last, cancelled, keys = int(row[0]), row[1] is not None, row[2:]
