@@ -27,8 +27,10 @@ named ``bench-loop``. ``--profile`` adds a cProfile of one run driven in this pr
 LangGraph 1.2's durable loop (../shared/bench/peer_langgraph.py, in its own virtualenv:
 ``var/peer-venv``, or ``--peer-python``; its README says how to install it) runs in the same
 bench, interleaved with ours round by round (``--rounds``), on the same database kind: the
-goal is a harness overhead per step at most half its time per step. Without the peer's
-virtualenv the bench says so and compares with nothing.
+goal is a harness overhead per step at most half its time per step, judged on the medians
+of the rounds; each round also prints its own pair's ratio, so a machine whose speed drifts
+between rounds shows it. Without the peer's virtualenv the bench says so and compares with
+nothing.
 """
 
 from __future__ import annotations
@@ -315,10 +317,12 @@ def bench_rounds(fx: dict[str, Any], steps: int, rounds: int, peer: Path | None,
     kept = None
     with peer_database() as dsn:
         for i in range(rounds):
+            langgraph = None  # this round's LangGraph step, when measured
             if peer is not None:
                 measured = peer_step_ms(peer, vendor, dsn)
                 if measured is not None:
                     theirs.append(measured)
+                    langgraph = measured[0]
                     print(
                         f"   round {i + 1}: LangGraph 1.2 {vendor} {measured[0]:.2f} ms/step "
                         f"(durability=sync {measured[2]:.2f} ms; its plain-Python floor "
@@ -331,6 +335,11 @@ def bench_rounds(fx: dict[str, Any], steps: int, rounds: int, peer: Path | None,
             run, overhead, without = bench_steps(fx, steps, warm=i == 0, runs=runs)
             kept = kept or run
             ours.append((overhead, without))
+            if langgraph is not None:  # each round's pair, measured minutes apart at most
+                print(
+                    f"   round {i + 1}: overhead {overhead * 1000:.2f} ms/step, "
+                    f"{overhead * 1000 / langgraph:.2f}x this round's LangGraph step"
+                )
     return kept, tuple(statistics.median(o[k] for o in ours) for k in (0, 1)), theirs
 
 
