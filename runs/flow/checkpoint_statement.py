@@ -40,6 +40,9 @@ from .row_inserts import Moment, insert_joined, rows_inserted
 # checkpoint (a compaction's rows, say) goes as a transaction of several statements.
 MAX_PARAMETERS = 65535
 
+# Where a psycopg connection keeps its checkpoint cursor (_kept_cursor).
+_KEPT = "_harness_checkpoint_cursor"
+
 
 def _prepared_cursor(db: Any) -> Any:
     """A Django cursor (its errors, logging and ``execute_wrapper`` as any other's) whose
@@ -69,9 +72,6 @@ def _kept_cursor(connection: Any) -> Any:
         cursor = _prepared_class()(connection)
         setattr(connection, _KEPT, cursor)
     return cursor
-
-
-_KEPT = "_harness_checkpoint_cursor"
 
 
 @cache
