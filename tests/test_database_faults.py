@@ -84,6 +84,8 @@ def _short_wait(sender: Any, connection: Any, **kwargs: Any) -> None:
 def fault() -> Iterator[Fault]:
     made = Fault()
     connection_created.connect(_short_wait)
+    if connection.connection is not None:  # the test's own, open already (SQLite keeps it)
+        _short_wait(None, connection)
     yield made
     connection_created.disconnect(_short_wait)
     made.stop()
