@@ -1,11 +1,13 @@
-"""A database that fails the worker in the middle of a run (SPEC R9; seed 003: an
-interrupted run loses nothing and does nothing twice). Real faults, not mocks: another
-connection holds the lock the worker's next checkpoint needs past the worker's wait
-(SQLite's busy timeout: "database is locked"; PostgreSQL's lock timeout). The worker leaves
-the run as a killed worker would: not failed, its lease left to expire; the sweeper finds
-it, and the next worker resumes it from its last checkpoint without calling a tool twice.
-And on PostgreSQL, a server that drops every connection while the run waits on the model
-(a restart, a failover) costs the run nothing: the pool replaces the dead connections.
+"""A database that fails the worker in the middle of a run (SPEC R9; seed 003: an interrupted
+run loses nothing and does nothing twice). Real faults, not mocks: another connection holds
+the lock the worker's next checkpoint needs past the worker's wait (SQLite's busy timeout:
+"database is locked"; PostgreSQL's lock timeout). The worker leaves the run as a killed
+worker would: not failed, its lease left to expire; the sweeper finds it, and the next
+worker resumes it from its last checkpoint without calling a tool twice. The lease keeper,
+meeting the same lock, tries again while the leases last and gives up only a lease that
+expired, stopping its tools. And on PostgreSQL, a server that drops every connection while
+the run waits on the model (a restart, a failover) costs the run nothing: the pool replaces
+the dead connections.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from runs import flow
+from runs.leases import KEEPER, Heartbeat, lease_claim, lease_release, lease_seconds
 from runs.models import Message, ModelCall, Run, ToolCall
 from runs.services import run_create
 from runs.sweeps import runs_to_sweep
+from runs.tools.isolation import tool_in_flight, tool_scope
 from tests.conftest import SEEDED
 from tests.fake_anthropic import Answer, message
 from tests.helpers import WORKER, direct_connection_params, drive
@@ -149,6 +153,45 @@ def test_a_lock_held_past_the_worker_s_wait_leaves_the_run_to_the_next_worker_lo
     assert turns == sorted(set(turns)) and len(turns) == 2
     said = [m.content for m in Message.objects.filter(run=run, role="assistant").order_by("index")]
     assert len(said) == 2 and "It says hello." in str(said[-1])
+
+
+def test_a_keeper_that_cannot_renew_tries_again_and_loses_only_a_lease_that_expired(
+    personas, agent, workspace, api, fault, caplog
+):
+    """The lease keeper's renewal meets the lock past its wait: the beat says so and the
+    leases are tried again at the next beat while they last; a lease no beat renewed for a
+    whole lease is lost, and the tool call its drive has in flight here is stopped."""
+    beats = []
+    for request in ("a", "b"):
+        made = run_create(
+            agent=agent,
+            workspace=workspace,
+            requester=personas.operator,
+            request=request,
+            dispatch=False,
+        )
+        lease = lease_claim(run_id=made.pk, worker=WORKER)
+        assert lease is not None
+        beats.append(Heartbeat(lease))
+    expired, current = beats
+    expired.renewed -= lease_seconds() + 1  # no beat renewed it for a whole lease
+    before = Run.objects.get(pk=current.lease.run_id).lease_expires_at
+    stopped: list[str] = []
+    fault.lock()
+    with tool_scope(expired.scope), tool_in_flight(stop=lambda: stopped.append("stopped")):
+        KEEPER._renewed_at = 0.0
+        KEEPER.beat([expired, current])
+    fault.stop()
+
+    assert "Could not renew the leases of 2 run(s)" in caplog.text
+    assert expired.lost and stopped == ["stopped"]
+    assert not current.lost
+    KEEPER._renewed_at = 0.0
+    KEEPER.beat([current])  # the next beat, the database free again
+    assert not current.lost
+    assert Run.objects.get(pk=current.lease.run_id).lease_expires_at > before
+    for beat in beats:
+        lease_release(beat.lease)
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server restart: PostgreSQL")
